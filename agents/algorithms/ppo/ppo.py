@@ -1,0 +1,477 @@
+"""Proximal Policy Optimization as a `tf.Module` whose `act` and `update` are TF functions.
+
+Neither method changes Python-side state: everything they read or write lives in TF variables, so
+both can run inside a larger `tf.function`, and a whole iteration (rollout + update) can compile
+into one TF program when the environment itself is made of TF ops.
+
+The update expects a time-major rollout `batch` (`T` steps of `N = num_envs` environments):
+
+    observ       [T, N, *observ_shape]  observation acted upon (raw, not normalized)
+    action       [T, N, *action_shape]  action returned by `act` (before any clipping to bounds)
+    reward       [T, N]                 raw reward
+    terminated   [T, N] bool            the episode reached a terminal state at this step
+    truncated    [T, N] bool            the episode was cut (time limit) at this step
+    next_observ  [T, N, *observ_shape]  observation after the step; where the episode ended, its
+                                        final observation (bootstraps truncated episodes)
+    extras       the `extras` that `act` returned, stacked over time: log_prob [T, N],
+                 value [T, N], policy_params {name: [T, N, ...]} and, for recurrent policies,
+                 policy_state [T, N, ...] (the state the policy started the step from).
+
+Observation statistics are frozen while acting and updated at the end of `update`, so the log-probs,
+values and distribution parameters recorded by `act` match what `update` recomputes before its
+first gradient step.
+"""
+
+import gin
+import tensorflow as tf
+
+from agents.algorithms.ppo import advantages, networks, normalize
+
+OBJECTIVES = ('clipped', 'kl_penalty')
+BATCH_KEYS = ('observ', 'action', 'reward', 'terminated', 'truncated', 'next_observ', 'extras')
+EXTRAS_KEYS = ('log_prob', 'value', 'policy_params')
+METRIC_NAMES = ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'approx_kl',
+                'clip_fraction', 'gradient_norm')
+
+
+def _check_positive(**values):
+    for name, value in values.items():
+        if value is not None and not value > 0:
+            raise ValueError(f'{name} must be positive, got {value!r}.')
+
+
+def _check_positive_int(**values):
+    for name, value in values.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or
+                                  value < 1):
+            raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+
+
+@gin.configurable
+class PPO(tf.Module):
+    """PPO agent: policy and value networks, optimizer, normalizers and update counter.
+
+    Defaults follow CleanRL / SB3 for the clipped objective; the `kl_*` arguments default to
+    batch-ppo's adaptive KL penalty with its quadratic cutoff (`objective='kl_penalty'`).
+    """
+
+    def __init__(
+            self,
+            observ_shape,
+            action_size,
+            num_envs,
+            policy_network=networks.FeedForwardGaussianPolicy,
+            value_network=networks.FeedForwardValue,
+            objective='clipped',
+            discount=0.99,
+            gae_lambda=0.95,
+            num_epochs=10,
+            num_minibatches=32,
+            chunk_length=None,
+            learning_rate=3e-4,
+            lr_anneal_updates=None,
+            adam_epsilon=1e-5,
+            max_grad_norm=0.5,
+            clip_ratio=0.2,
+            value_clip=0.2,
+            value_coef=0.5,
+            entropy_coef=0.0,
+            normalize_advantages=True,
+            early_stop_kl=None,
+            kl_target=0.01,
+            kl_cutoff_factor=2.0,
+            kl_cutoff_coef=1000.0,
+            kl_init_penalty=1.0,
+            kl_tolerance=(0.7, 1.3),
+            kl_penalty_change=1.5,
+            normalize_observ=True,
+            observ_clip=5.0,
+            scale_reward=True,
+            reward_clip=10.0,
+            jit_compile=True,
+            seed=0,
+            name=None):
+        """Builds the agent.
+
+        Args:
+          observ_shape: shape of one observation.
+          action_size: action dimensions (continuous) or number of actions (discrete); passed
+            to `policy_network`.
+          num_envs: number of environments in a batch (the reward scaler keeps one discounted
+            return per environment).
+          policy_network: factory `(observ_shape, action_size, seed) -> policy` (see networks.py).
+          value_network: factory `(observ_shape, seed) -> value network`.
+          objective: 'clipped' (PPO-clip) or 'kl_penalty' (batch-ppo's adaptive KL penalty).
+          discount, gae_lambda: GAE(lambda) parameters.
+          num_epochs: passes over the batch per update.
+          num_minibatches: minibatches per epoch; units left over by the division are dropped
+            from that epoch (a different random subset each epoch).
+          chunk_length: for recurrent policies, length of the time-major sequence chunks trained on
+            (must divide T); None trains on whole rollouts. Feed-forward policies use single steps.
+          learning_rate: Adam's initial learning rate.
+          lr_anneal_updates: number of updates over which the learning rate decays linearly to
+            zero; None keeps it constant.
+          adam_epsilon: Adam's epsilon (1e-5 as in CleanRL / PyTorch PPO implementations).
+          max_grad_norm: global gradient-norm clip; None disables clipping.
+          clip_ratio: PPO-clip's epsilon.
+          value_clip: clip the value change around the old value estimate; None disables it.
+          value_coef, entropy_coef: weights of the value loss and of the entropy bonus.
+          normalize_advantages: standardize advantages within each minibatch.
+          early_stop_kl: stop the update before a minibatch step whose mean KL(old || new)
+            exceeds this value; None disables early stopping.
+          kl_target: the KL the adaptive penalty aims for.
+          kl_cutoff_factor, kl_cutoff_coef: quadratic penalty `coef * (kl - factor * target)^2`
+            on sequences whose KL exceeds `factor * target`.
+          kl_init_penalty: initial coefficient of the KL penalty.
+          kl_tolerance: the penalty changes when the KL leaves `kl_tolerance * kl_target`.
+          kl_penalty_change: factor by which the penalty grows or shrinks then.
+          normalize_observ: standardize observations by streaming statistics.
+          observ_clip: clip normalized observations to +- this value (None: no clip).
+          scale_reward: divide rewards by the std of the discounted return.
+          reward_clip: clip scaled rewards to +- this value (None: no clip).
+          jit_compile: compile `act` and `update` with XLA (measured faster on CPU).
+          seed: seeds network initialization, action sampling and minibatch shuffling.
+          name: module name.
+        """
+        super().__init__(name=name)
+        if objective not in OBJECTIVES:
+            raise ValueError(f'Unknown objective {objective!r}; expected one of {OBJECTIVES}.')
+        _check_positive_int(num_envs=num_envs, num_epochs=num_epochs,
+                            num_minibatches=num_minibatches, chunk_length=chunk_length,
+                            lr_anneal_updates=lr_anneal_updates)
+        _check_positive(learning_rate=learning_rate, adam_epsilon=adam_epsilon,
+                        max_grad_norm=max_grad_norm, clip_ratio=clip_ratio, value_clip=value_clip,
+                        early_stop_kl=early_stop_kl, kl_target=kl_target,
+                        kl_cutoff_factor=kl_cutoff_factor, kl_init_penalty=kl_init_penalty,
+                        kl_penalty_change=kl_penalty_change)
+        if len(kl_tolerance) != 2 or not 0 < kl_tolerance[0] <= kl_tolerance[1]:
+            raise ValueError(f'kl_tolerance must be (low, high) with 0 < low <= high, '
+                             f'got {kl_tolerance!r}.')
+        if not 0.0 <= discount <= 1.0 or not 0.0 <= gae_lambda <= 1.0:
+            raise ValueError(f'discount ({discount}) and gae_lambda ({gae_lambda}) must lie in '
+                             '[0, 1].')
+        self.observ_shape = tuple(int(size) for size in observ_shape)
+        self.num_envs = num_envs
+        self._objective = objective
+        self._discount = discount
+        self._gae_lambda = gae_lambda
+        self._num_epochs = num_epochs
+        self._num_minibatches = num_minibatches
+        self._learning_rate = learning_rate
+        self._lr_anneal_updates = lr_anneal_updates
+        self._max_grad_norm = max_grad_norm
+        self._clip_ratio = clip_ratio
+        self._value_clip = value_clip
+        self._value_coef = value_coef
+        self._entropy_coef = entropy_coef
+        self._normalize_advantages = normalize_advantages
+        self._early_stop_kl = early_stop_kl
+        self._kl_target = kl_target
+        self._kl_cutoff_factor = kl_cutoff_factor
+        self._kl_cutoff_coef = kl_cutoff_coef
+        self._kl_tolerance = tuple(kl_tolerance)
+        self._kl_penalty_change = kl_penalty_change
+        self._normalize_observ = normalize_observ
+        self._scale_reward = scale_reward
+
+        self.policy = policy_network(
+            observ_shape=self.observ_shape, action_size=action_size, seed=seed)
+        self.value = value_network(observ_shape=self.observ_shape, seed=seed + 1000)
+        if chunk_length is not None and not self.policy.recurrent:
+            raise ValueError('chunk_length only applies to recurrent policies; feed-forward '
+                             'policies train on single steps.')
+        self._chunk_length = chunk_length if self.policy.recurrent else 1
+        self.observ_normalizer = normalize.StreamingNormalizer(
+            self.observ_shape, center=True, scale=True, clip=observ_clip, name='observ_normalizer')
+        self.reward_scaler = normalize.RewardScaler(
+            num_envs, discount, clip=reward_clip, name='reward_scaler')
+        self.optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate,
+                                                  epsilon=adam_epsilon)
+        self.optimizer.build(self._trainable)
+        self.kl_penalty = tf.Variable(float(kl_init_penalty), trainable=False, name='kl_penalty')
+        self.update_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='update_count')
+        self.random = tf.random.Generator.from_seed(seed)
+        self._compiled_act = tf.function(self._act, jit_compile=jit_compile, autograph=False)
+        self._compiled_update = tf.function(self._update, jit_compile=jit_compile,
+                                            autograph=False)
+
+    @property
+    def _trainable(self):
+        """Policy then value weights (a property so the checkpoint keys them by network)."""
+        return list(self.policy.trainable_variables + self.value.trainable_variables)
+
+    def initial_state(self, batch_size):
+        """The policy state for `batch_size` new episodes (`()` for feed-forward policies)."""
+        return self.policy.initial_state(batch_size)
+
+    def _normalize(self, observ):
+        observ = tf.cast(observ, tf.float32)
+        return self.observ_normalizer.normalize(observ) if self._normalize_observ else observ
+
+    def _next_seed(self):
+        return tf.cast(self.random.make_seeds(1)[:, 0], tf.int32)
+
+    def act(self, observ, state, reset_mask, greedy=False):
+        """One policy step: `(observ [N, ...], state, reset_mask [N]) -> action, extras, state`.
+
+        `reset_mask` marks environments whose episode starts at this step; their state is zeroed
+        first. `greedy` (a Python bool) picks the distribution's mode instead of sampling.
+        """
+        return self._compiled_act(observ, state, reset_mask, greedy)
+
+    def _act(self, observ, state, reset_mask, greedy):
+        observ = self._normalize(observ)
+        state = self.policy.reset_state(state, reset_mask)
+        params, new_state = self.policy.step(observ, state)
+        policy = self.policy.distribution(params)
+        action = policy.mode() if greedy else policy.sample(seed=self._next_seed())
+        extras = {'log_prob': policy.log_prob(action), 'value': self.value(observ),
+                  'policy_params': params}
+        if self.policy.recurrent:
+            extras['policy_state'] = state
+        return action, extras, new_state
+
+    def update(self, batch):
+        """Trains on one time-major rollout (see the module docstring); returns scalar metrics."""
+        self._check_batch(batch)
+        if isinstance(self._num_units(batch), tf.Tensor):
+            # A rollout of unknown length (in a graph): check before any variable changes, since
+            # everything in the update depends on the checked batch.
+            with tf.control_dependencies([tf.debugging.assert_greater_equal(
+                    self._num_units(batch), self._num_minibatches,
+                    'num_minibatches exceeds the number of training units in the batch.')]):
+                batch = tf.nest.map_structure(tf.identity, batch)
+        return self._compiled_update(batch)
+
+    def _num_units(self, batch):
+        """Training units in the batch: steps, or sequence chunks for recurrent policies."""
+        num_steps, num_envs = tf.TensorShape(batch['reward'].shape)
+        if num_steps is None or num_envs is None:
+            size = tf.shape(batch['reward'])
+            num_steps, num_envs = size[0], size[1]
+        return num_steps // (self._chunk_length or num_steps) * num_envs
+
+    def _update(self, batch):
+        """The update as one TF program: normalization, GAE, epochs x minibatches, statistics."""
+        num_units = self._num_units(batch)
+        extras = batch['extras']
+        terminated = tf.cast(batch['terminated'], tf.bool)
+        truncated = tf.cast(batch['truncated'], tf.bool)
+        done = terminated | truncated
+        reward = tf.cast(batch['reward'], tf.float32)
+        if self._scale_reward:
+            self.reward_scaler.update(reward, done)
+            reward = self.reward_scaler.scale(reward)
+        observ = self._normalize(batch['observ'])
+        advantage, return_ = advantages.generalized_advantage_estimation(
+            reward, extras['value'], self.value(self._normalize(batch['next_observ'])),
+            terminated, truncated, self._discount, self._gae_lambda)
+
+        num_steps = tf.shape(reward)[0]
+        length = self._chunk_length or num_steps
+        # The state recorded at a chunk start is already reset; inside a chunk the policy resets
+        # its state before every step that follows an episode end.
+        starts_chunk = tf.equal(tf.range(num_steps) % length, 0)[:, None]
+        follows_done = tf.concat([tf.zeros_like(done[:1]), done[:-1]], 0)
+        data = {
+            'observ': observ,
+            'action': tf.cast(batch['action'], self.policy.action_dtype),
+            'log_prob': extras['log_prob'],
+            'value': extras['value'],
+            'policy_params': extras['policy_params'],
+            'advantage': advantage,
+            'return': return_,
+            'reset': follows_done & ~starts_chunk,
+        }
+        data = tf.nest.map_structure(lambda tensor: self._to_chunks(tensor, length), data)
+        initial_state = tf.nest.map_structure(
+            lambda state: tf.reshape(state[::length], tf.concat([[-1], tf.shape(state)[2:]], 0)),
+            extras.get('policy_state', ()))
+
+        if self._lr_anneal_updates:
+            progress = tf.cast(self.update_count, tf.float32) / self._lr_anneal_updates
+            self.optimizer.learning_rate.assign(
+                self._learning_rate * tf.maximum(0.0, 1.0 - progress))
+        minibatch_size = num_units // self._num_minibatches
+        order = tf.argsort(tf.random.stateless_uniform(
+            [self._num_epochs, num_units], seed=self._next_seed()), axis=1)
+        minibatch_indices = tf.reshape(order[:, :minibatch_size * self._num_minibatches],
+                                       [-1, minibatch_size])
+        metrics = self._train_minibatches(data, initial_state, minibatch_indices)
+
+        with tf.control_dependencies(tf.nest.flatten(metrics)):
+            if self._normalize_observ:
+                self.observ_normalizer.update(batch['observ'])
+            self.update_count.assign_add(1)
+        variance = tf.math.reduce_variance(return_)
+        metrics.update({
+            'learning_rate': tf.identity(self.optimizer.learning_rate),
+            'kl_penalty': tf.identity(self.kl_penalty),
+            'advantage_mean': tf.reduce_mean(advantage),
+            'return_mean': tf.reduce_mean(return_),
+            'value_mean': tf.reduce_mean(extras['value']),
+            'scaled_reward_mean': tf.reduce_mean(reward),
+            'explained_variance': 1.0 - tf.math.reduce_variance(
+                return_ - extras['value']) / tf.maximum(variance, 1e-8),
+        })
+        return metrics
+
+    def _train_minibatches(self, data, initial_state, minibatch_indices):
+        """Epochs x shuffled minibatches as one in-graph loop, then the KL penalty adaptation."""
+        num_steps = tf.shape(minibatch_indices)[0]
+        zero_metrics = {name: tf.constant(0.0) for name in METRIC_NAMES}
+
+        def gather(indices):
+            minibatch = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=1), data)
+            state = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=0), initial_state)
+            return minibatch, state
+
+        def train_step(step, unused_stopped, sums):
+            minibatch, state = gather(minibatch_indices[step])
+            with tf.GradientTape() as tape:
+                loss, metrics = self.loss(minibatch, state)
+            gradients = tape.gradient(loss, self._trainable)
+            if self._max_grad_norm:
+                gradients, norm = tf.clip_by_global_norm(gradients, self._max_grad_norm)
+            else:
+                norm = tf.linalg.global_norm(gradients)
+            metrics['gradient_norm'] = norm
+            stop = tf.constant(False)
+            if self._early_stop_kl:
+                stop = metrics['kl'] > self._early_stop_kl
+
+            def apply():
+                self.optimizer.apply_gradients(zip(gradients, self._trainable, strict=True))
+                return tf.nest.map_structure(tf.add, sums, metrics)
+
+            sums = tf.cond(stop, lambda: sums, apply)
+            return step + 1, stop, sums
+
+        num_steps_taken, stopped, sums = tf.while_loop(
+            lambda step, stopped, unused_sums: (step < num_steps) & ~stopped, train_step,
+            (tf.constant(0), tf.constant(False), zero_metrics))
+        # The step that triggered an early stop was not applied.
+        num_applied = tf.cast(num_steps_taken - tf.cast(stopped, tf.int32), tf.float32)
+        metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
+
+        # KL between the behaviour policy and the updated one over the whole batch.
+        policy = self.policy.distribution(
+            self.policy.sequence(data['observ'], initial_state, data['reset']))
+        old_policy = self.policy.distribution(data['policy_params'])
+        final_kl = tf.reduce_mean(old_policy.kl_divergence(policy))
+        if self._objective == 'kl_penalty':
+            low, high = self._kl_tolerance
+            change = tf.where(final_kl > high * self._kl_target, self._kl_penalty_change,
+                              tf.where(final_kl < low * self._kl_target,
+                                       1.0 / self._kl_penalty_change, 1.0))
+            self.kl_penalty.assign(self.kl_penalty * change)
+        metrics['final_kl'] = final_kl
+        metrics['num_gradient_steps'] = num_applied
+        return metrics
+
+    def loss(self, minibatch, initial_state):
+        """The whole PPO objective for one minibatch of chunks `[L, M, ...]`: (loss, metrics)."""
+        params = self.policy.sequence(minibatch['observ'], initial_state, minibatch['reset'])
+        policy = self.policy.distribution(params)
+        old_policy = self.policy.distribution(minibatch['policy_params'])
+        log_ratio = policy.log_prob(minibatch['action']) - minibatch['log_prob']
+        ratio = tf.exp(log_ratio)
+        kl = old_policy.kl_divergence(policy)  # [L, M]
+        advantage = minibatch['advantage']
+        if self._normalize_advantages:
+            mean, variance = tf.nn.moments(advantage, axes=[0, 1])
+            advantage = (advantage - mean) / (tf.sqrt(variance) + 1e-8)
+
+        surrogate = ratio * advantage
+        if self._objective == 'clipped':
+            clipped_ratio = tf.clip_by_value(ratio, 1.0 - self._clip_ratio, 1.0 + self._clip_ratio)
+            policy_loss = -tf.reduce_mean(tf.minimum(surrogate, clipped_ratio * advantage))
+        else:
+            # batch-ppo: adaptive penalty on the KL plus a steep quadratic cost on every sequence
+            # whose mean KL exceeds the cutoff, which catches the rare very large policy steps.
+            sequence_kl = tf.reduce_mean(kl, axis=0)
+            excess = tf.nn.relu(sequence_kl - self._kl_cutoff_factor * self._kl_target)
+            policy_loss = (-tf.reduce_mean(surrogate) + self.kl_penalty * tf.reduce_mean(kl) +
+                           self._kl_cutoff_coef * tf.reduce_mean(tf.square(excess)))
+
+        value = self.value(minibatch['observ'])
+        value_error = tf.square(value - minibatch['return'])
+        if self._value_clip:
+            clipped_value = minibatch['value'] + tf.clip_by_value(
+                value - minibatch['value'], -self._value_clip, self._value_clip)
+            value_error = tf.maximum(value_error, tf.square(clipped_value - minibatch['return']))
+        value_loss = 0.5 * tf.reduce_mean(value_error)
+
+        entropy = tf.reduce_mean(policy.entropy())
+        loss = policy_loss + self._value_coef * value_loss - self._entropy_coef * entropy
+        metrics = {
+            'loss': loss,
+            'policy_loss': policy_loss,
+            'value_loss': value_loss,
+            'entropy': entropy,
+            'kl': tf.reduce_mean(kl),
+            'approx_kl': tf.reduce_mean(ratio - 1.0 - log_ratio),
+            'clip_fraction': tf.reduce_mean(
+                tf.cast(tf.abs(ratio - 1.0) > self._clip_ratio, tf.float32)),
+        }
+        return loss, metrics
+
+    @staticmethod
+    def _to_chunks(tensor, length):
+        """`[T, N, ...]` -> `[length, (T / length) * N, ...]`: chunk k of env n is column k*N+n."""
+        shape = tf.shape(tensor)
+        rank = tensor.shape.rank
+        chunks = tf.reshape(tensor, tf.concat([[shape[0] // length, length], shape[1:]], 0))
+        chunks = tf.transpose(chunks, [1, 0] + list(range(2, rank + 1)))
+        return tf.reshape(chunks, tf.concat([[length, -1], shape[2:]], 0))
+
+    @tf.autograph.experimental.do_not_convert
+    def _check_batch(self, batch):
+        """Static (trace-time) validation with errors that name the offending entry."""
+        if not isinstance(batch, dict):
+            raise TypeError(f'batch must be a dict with keys {BATCH_KEYS}, got {type(batch)}.')
+        missing = [key for key in BATCH_KEYS if key not in batch]
+        extras = batch.get('extras', {})
+        missing += [f'extras/{key}' for key in EXTRAS_KEYS if key not in extras]
+        if self.policy.recurrent and 'policy_state' not in extras:
+            missing.append('extras/policy_state')
+        if missing:
+            raise ValueError(f'batch is missing {missing}.')
+        reward_shape = tf.TensorShape(batch['reward'].shape)
+        if reward_shape.rank != 2:
+            raise ValueError(f'reward must be time-major [T, N], got shape {reward_shape}.')
+        num_steps, num_envs = reward_shape
+        if num_envs is not None and num_envs != self.num_envs:
+            raise ValueError(f'batch has {num_envs} environments but the agent was built for '
+                             f'num_envs={self.num_envs}.')
+        expected = {
+            'observ': reward_shape.concatenate(self.observ_shape),
+            'next_observ': reward_shape.concatenate(self.observ_shape),
+            'action': reward_shape.concatenate(self.policy.action_shape),
+            'terminated': reward_shape,
+            'truncated': reward_shape,
+            'extras/log_prob': reward_shape,
+            'extras/value': reward_shape,
+        }
+        for key, shape in expected.items():
+            tensor = extras[key[7:]] if key.startswith('extras/') else batch[key]
+            if not tf.TensorShape(tensor.shape).is_compatible_with(shape):
+                raise ValueError(f'batch[{key!r}] has shape {tensor.shape}, expected {shape} '
+                                 '(time-major [T, N, ...] like reward).')
+        for key in ('policy_params', 'policy_state'):
+            for tensor in tf.nest.flatten(extras.get(key, ())):
+                if not tf.TensorShape(tensor.shape)[:2].is_compatible_with(reward_shape):
+                    raise ValueError(f'batch extras/{key} has an entry of shape {tensor.shape}, '
+                                     f'expected it to start with [T, N] = {reward_shape}.')
+        action_dtype = tf.as_dtype(batch['action'].dtype)
+        if action_dtype.is_integer != self.policy.action_dtype.is_integer:
+            raise ValueError(f'batch action dtype {action_dtype.name} does not suit '
+                             f'{type(self.policy).__name__} ({self.policy.action_dtype.name}).')
+        length = self._chunk_length
+        if length and num_steps is not None and num_steps % length:
+            raise ValueError(f'chunk_length={length} must divide the rollout length T={num_steps}.')
+        num_units = self._num_units(batch)
+        if not isinstance(num_units, tf.Tensor) and num_units < self._num_minibatches:
+            raise ValueError(f'num_minibatches={self._num_minibatches} exceeds the {num_units} '
+                             'training units (steps, or chunks for recurrent policies) in the '
+                             'batch.')

@@ -1,0 +1,38 @@
+"""The PPO agent acting in a `simulate.Simulator`: policy state kept in variables.
+
+`PPO.act` is a pure function of (observation, policy state, reset mask). The simulator's episode
+protocol calls `begin_episode` for environments that were reset and `perform` once per step; this
+adapter keeps the policy state and the pending resets between those calls in TF variables, so a
+whole rollout still compiles into one TF program.
+"""
+
+import tensorflow as tf
+
+from agents.tools import simulate
+
+
+class SimulatedAgent(simulate.Algorithm):
+    """Acts with `agent` in `num_envs` environments, sampling or (if `greedy`) taking the mode."""
+
+    def __init__(self, agent, num_envs, greedy=False):
+        self._agent = agent
+        self._greedy = bool(greedy)
+        self._state = tf.nest.map_structure(
+            lambda tensor: tf.Variable(tensor, trainable=False),
+            agent.initial_state(num_envs))
+        # Every environment starts a new episode before its first step.
+        self._reset = tf.Variable(tf.ones([num_envs], tf.bool), trainable=False)
+
+    def begin_episode(self, agent_indices):
+        updates = tf.ones_like(agent_indices, tf.bool)
+        self._reset.scatter_nd_update(agent_indices[:, None], updates)
+
+    def perform(self, agent_indices, observ):
+        del agent_indices  # The simulator steps every environment at once.
+        state = tf.nest.map_structure(lambda variable: variable.read_value(), self._state)
+        action, extras, new_state = self._agent.act(
+            observ, state, self._reset.read_value(), greedy=self._greedy)
+        tf.nest.map_structure(lambda variable, value: variable.assign(value), self._state,
+                              new_state)
+        self._reset.assign(tf.zeros_like(self._reset))
+        return action, extras

@@ -1,0 +1,228 @@
+"""A batch of environments inside the TensorFlow graph.
+
+The current observation, action, reward and done flags live in `tf.Variable`s and `step` and
+`reset` are TF ops, so a whole rollout compiles into one `tf.function` and Python only runs
+inside the wrapped VectorEnv. A native TF environment offering the same attributes and methods
+can replace this class without changes to the code that drives it.
+"""
+
+import ctypes
+import threading
+
+import gin
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+# Spaces whose samples are single arrays of a fixed shape and dtype.
+_ARRAY_SPACES = (
+    gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def _array_spec(space, what):
+    """Shape and numpy dtype of one sample of `space`; other spaces are rejected."""
+    if not isinstance(space, _ARRAY_SPACES):
+        raise TypeError(
+            f'{what} space must be one of {[s.__name__ for s in _ARRAY_SPACES]}, got {space!r}')
+    return tuple(space.shape), np.dtype(space.dtype)
+
+
+_thread_state = threading.local()
+
+
+def _keep_python_thread_state():
+    """Keeps the Python thread state of the calling TF thread alive between numpy functions.
+
+    TF runs numpy functions on its own threads inside PyGILState_Ensure/Release, which creates
+    and destroys a Python thread state (and its frame stack) on every call: tens of
+    microseconds, as much as stepping several cheap environments. One extra Ensure, never
+    released, per thread keeps the state (as pybind11's gil_scoped_acquire.inc_ref() does). The
+    cost is one small thread state per TF thread until the interpreter exits.
+    """
+    if getattr(_thread_state, 'kept', False):
+        return
+    if threading.get_ident() != threading.main_thread().ident:
+        ctypes.pythonapi.PyGILState_Ensure()
+    _thread_state.kept = True
+
+
+@gin.configurable
+class InGraphBatchEnv(tf.Module):
+    """Drives a `gymnasium.vector.VectorEnv` in AutoresetMode.DISABLED from TF ops.
+
+    Resets are explicit (`reset(indices)`), so after an episode ends the observation variable
+    still holds its final observation, which bootstraps truncated episodes. Every environment
+    starts out truncated, meaning "needs a reset", so a simulator that resets finished
+    environments before stepping also starts them.
+
+    Attributes:
+      observ: [N, *observation_shape] current observations, dtype of the observation space.
+      action: [N, *action_shape] last actions, dtype of the action space.
+      reward: [N] float32 rewards of the last step (zero after a reset).
+      terminated: [N] bool, the last step ended the episode in a terminal state.
+      truncated: [N] bool, the last step ended the episode for another reason (time limit).
+    """
+
+    def __init__(self, vector_env, seed=None, keep_thread_states=True, name=None):
+        """Wraps `vector_env`; `seed` goes to its first reset (then resets are unseeded).
+
+        `keep_thread_states` makes each call into Python cheaper, see
+        `_keep_python_thread_state`.
+        """
+        super().__init__(name=name)
+        mode = vector_env.metadata.get('autoreset_mode')
+        if mode is None or gym.vector.AutoresetMode(mode) != gym.vector.AutoresetMode.DISABLED:
+            raise ValueError(
+                'InGraphBatchEnv needs a VectorEnv with metadata["autoreset_mode"] = '
+                f'AutoresetMode.DISABLED, because it resets environments itself; got {mode!r}')
+        self._env = vector_env
+        self._seed = seed
+        self._keep_thread_states = keep_thread_states
+        self._num_envs = int(vector_env.num_envs)
+        self.observation_space = vector_env.single_observation_space
+        self.action_space = vector_env.single_action_space
+        self._observ_shape, self._observ_dtype = _array_spec(
+            self.observation_space, 'observation')
+        self._action_shape, self._action_dtype = _array_spec(self.action_space, 'action')
+        batch = (self._num_envs,)
+        with self.name_scope:
+            self.observ = tf.Variable(
+                tf.zeros(batch + self._observ_shape, self._observ_dtype), trainable=False,
+                name='observ')
+            self.action = tf.Variable(
+                tf.zeros(batch + self._action_shape, self._action_dtype), trainable=False,
+                name='action')
+            self.reward = tf.Variable(tf.zeros(batch, tf.float32), trainable=False, name='reward')
+            self.terminated = tf.Variable(
+                tf.zeros(batch, tf.bool), trainable=False, name='terminated')
+            self.truncated = tf.Variable(
+                tf.ones(batch, tf.bool), trainable=False, name='truncated')
+
+    def __len__(self):
+        return self._num_envs
+
+    @property
+    def done(self):
+        """[N] bool, the episode of each environment has ended (terminated or truncated)."""
+        return tf.logical_or(self.terminated, self.truncated)
+
+    def step(self, action):
+        """Steps all environments; returns (observ, reward, terminated, truncated) tensors.
+
+        `action` of another dtype of the same kind (float or integer) is cast to the dtype of
+        the action space. Stepping while an environment's episode has ended (or not yet begun)
+        is an error: reset it first.
+        """
+        action = tf.convert_to_tensor(action)
+        action = self._cast_action(action)
+        # Each output of a numpy function costs several microseconds of conversion, so the
+        # reward and done flags come back together as float32 columns.
+        observ, outcome = tf.numpy_function(
+            self._step_numpy, [action, self.done], [self._observ_dtype, tf.float32],
+            stateful=True, name='env_step')
+        observ.set_shape(self.observ.shape)
+        outcome.set_shape((self._num_envs, 3))
+        reward, terminated, truncated = tf.unstack(outcome, axis=1)
+        terminated, truncated = terminated > 0, truncated > 0
+        self.action.assign(action)
+        self.observ.assign(observ)
+        self.reward.assign(reward)
+        self.terminated.assign(terminated)
+        self.truncated.assign(truncated)
+        return observ, reward, terminated, truncated
+
+    def reset(self, indices=None):
+        """Resets the environments at `indices` (all if None); returns their new observations.
+
+        Their rewards become zero and their done flags false; other environments keep their
+        state. Duplicate indices are reset once.
+        """
+        if indices is None:
+            indices = tf.range(self._num_envs)
+        indices = tf.convert_to_tensor(indices)
+        if not indices.dtype.is_integer:
+            raise TypeError(f'reset indices must be integers, got dtype {indices.dtype.name}')
+        if indices.shape.rank != 1:
+            raise ValueError(f'reset indices must be a vector, got shape {indices.shape}')
+        indices = tf.cast(indices, tf.int32)
+        observ = tf.numpy_function(
+            self._reset_numpy, [indices, self.done], self._observ_dtype, stateful=True,
+            name='env_reset')
+        observ.set_shape(self.observ.shape)
+        mask = tf.reduce_any(
+            tf.equal(tf.expand_dims(indices, 1), tf.range(self._num_envs)), axis=0)
+        observ_mask = tf.reshape(mask, (self._num_envs,) + (1,) * len(self._observ_shape))
+        self.observ.assign(tf.where(observ_mask, observ, self.observ))
+        self.reward.assign(tf.where(mask, tf.zeros_like(self.reward), self.reward))
+        not_reset = tf.logical_not(mask)
+        self.terminated.assign(tf.logical_and(self.terminated, not_reset))
+        self.truncated.assign(tf.logical_and(self.truncated, not_reset))
+        return tf.gather(observ, indices)
+
+    def close(self):
+        self._env.close()
+
+    def _cast_action(self, action):
+        """Casts `action` to the action space's dtype unless that would change its meaning."""
+        wanted = tf.as_dtype(self._action_dtype)
+        if action.dtype != wanted:
+            same_kind = (
+                (action.dtype.is_floating and wanted.is_floating)
+                or (action.dtype.is_integer and wanted.is_integer))
+            if not same_kind:
+                raise TypeError(
+                    f'action dtype {action.dtype.name} does not fit the action space dtype '
+                    f'{wanted.name}')
+            action = tf.cast(action, wanted)
+        expected = tf.TensorShape((self._num_envs,) + self._action_shape)
+        if not action.shape.is_compatible_with(expected):
+            raise ValueError(f'action shape {action.shape} does not match {expected}')
+        return action
+
+    # Both calls take the done flags, which both update afterwards: TF orders stateful ops in a
+    # graph only where they share a variable, and this makes steps and resets run in program
+    # order, also when one of them sits inside a tf.cond.
+
+    def _step_numpy(self, action, done):
+        if self._keep_thread_states:
+            _keep_python_thread_state()
+        if done.any():
+            raise RuntimeError(
+                f'step() of environments {np.flatnonzero(done).tolist()} whose episode ended '
+                '(or never started): reset them first')
+        if self._action_dtype.kind == 'f' and not np.isfinite(action).all():
+            raise ValueError(f'action contains NaN or infinity: {action}')
+        observ, reward, terminated, truncated, _ = self._env.step(action)
+        outcome = np.empty((self._num_envs, 3), np.float32)
+        outcome[:, 0] = reward
+        outcome[:, 1] = terminated
+        outcome[:, 2] = truncated
+        return self._check_observ(observ, 'step'), outcome
+
+    def _reset_numpy(self, indices, done):
+        del done  # Only orders the call.
+        if self._keep_thread_states:
+            _keep_python_thread_state()
+        if ((indices < 0) | (indices >= self._num_envs)).any():
+            raise ValueError(
+                f'reset indices must be in [0, {self._num_envs}), got {indices.tolist()}')
+        mask = np.zeros(self._num_envs, np.bool_)
+        mask[indices] = True
+        if not mask.any():
+            return np.zeros((self._num_envs,) + self._observ_shape, self._observ_dtype)
+        seed, self._seed = self._seed, None
+        if mask.all():
+            observ, _ = self._env.reset(seed=seed)
+        else:
+            observ, _ = self._env.reset(seed=seed, options={'reset_mask': mask})
+        return self._check_observ(observ, 'reset')
+
+    def _check_observ(self, observ, method):
+        observ = np.asarray(observ)
+        expected = (self._num_envs,) + self._observ_shape
+        if observ.shape != expected:
+            raise ValueError(
+                f'VectorEnv.{method} returned observations of shape {observ.shape}, expected '
+                f'{expected} from the observation space')
+        # A copy, because TF may keep using the buffer while the VectorEnv reuses it.
+        return np.array(observ, self._observ_dtype, copy=True)

@@ -1,0 +1,174 @@
+"""Environment steps per second of BatchEnv's modes against Gymnasium's vector envs.
+
+Every runner steps the same envs with the same pre-sampled random actions (NEXT_STEP autoreset,
+so episode ends are included) and reports env steps per second (batch steps x envs) and the CPU
+time per env step of all processes involved; each setting is timed `--repeats` times and the
+medians are shown, with each runner's speed relative to the baselines. Add a runner by appending
+a `Runner` to RUNNERS.
+
+Example:
+
+    python -m benchmarks.env_throughput --envs=1,8,32 --env_ids=Pendulum-v1,HalfCheetah-v5
+"""
+
+import contextlib
+import dataclasses
+import functools
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+from absl import app, flags
+
+from agents.tools import batch_env
+
+flags.DEFINE_integer('steps', 20000, 'Env steps per timed run (split across the envs).')
+flags.DEFINE_list('envs', ['1', '8', '32'], 'Numbers of envs in the batch.')
+flags.DEFINE_list('env_ids', ['Pendulum-v1', 'HalfCheetah-v5'], 'Gymnasium env ids.')
+flags.DEFINE_list('runners', None, 'Names of the runners to time (default: all).')
+flags.DEFINE_list('baselines', ['gym_sync', 'gym_async'], 'Runners the ratios refer to.')
+flags.DEFINE_integer('repeats', 3, 'Timed runs per setting; the median is reported.')
+flags.DEFINE_integer('warmup_steps', 50, 'Untimed batch steps before each timed run.')
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass
+class Timing:
+    """Wall-clock seconds, and CPU seconds of this process and its descendants (on a loaded
+    machine, CPU per step shows efficiency better than wall time)."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Runner:
+    """A named way to step envs: `run(env_id, actions)` returns the Timing of stepping through
+    `actions` ([batch steps, num envs, *action shape]), excluding set-up and warm-up (which may
+    reuse the first actions); `stopwatch` measures it."""
+
+    name: str
+    run: Callable[[str, np.ndarray], Timing]
+
+
+def _cpu_seconds():
+    """CPU time of this process and its live descendants (from /proc on Linux)."""
+    seconds = time.process_time()
+    if not os.path.isdir('/proc'):
+        return seconds
+    children, times = {}, {}
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{entry}/stat') as stat:
+                fields = stat.read().rsplit(')', 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):  # It just ended.
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+    stack = [os.getpid()]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            seconds += times[child]
+            stack.append(child)
+    return seconds
+
+
+@contextlib.contextmanager
+def stopwatch():
+    """Yields a Timing that holds the block's wall and CPU time once the block ends."""
+    timing = Timing()
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    yield timing
+    timing.wall = time.perf_counter() - wall
+    timing.cpu = _cpu_seconds() - cpu
+
+
+def time_vector_env(make_vector_env, env_id, actions):
+    """Timing of a VectorEnv from `make_vector_env(env_fns)` stepping through `actions`."""
+    env_fns = [functools.partial(gym.make, env_id)] * actions.shape[1]
+    env = make_vector_env(env_fns)
+    try:
+        env.reset(seed=0)
+        for action in actions[:FLAGS.warmup_steps]:
+            env.step(action)
+        with stopwatch() as timing:
+            for action in actions:
+                env.step(action)
+        return timing
+    finally:
+        env.close()
+
+
+def vector_env_runner(name, make_vector_env):
+    return Runner(name, functools.partial(time_vector_env, make_vector_env))
+
+
+RUNNERS = [
+    vector_env_runner('gym_sync', gym.vector.SyncVectorEnv),
+    vector_env_runner(
+        'gym_async', functools.partial(gym.vector.AsyncVectorEnv, shared_memory=True)),
+    vector_env_runner(
+        'batch_in_process', functools.partial(batch_env.BatchEnv, mode='in_process')),
+    vector_env_runner(
+        'batch_external', functools.partial(batch_env.BatchEnv, mode='external')),
+    vector_env_runner('batch_external_no_infos', functools.partial(
+        batch_env.BatchEnv, mode='external', collect_infos=False)),
+]
+
+
+def sample_actions(env_id, num_envs, num_steps, seed=0):
+    """[num_steps, num_envs, *action shape] random actions of the env's action space."""
+    env = gym.make(env_id)
+    space = gym.vector.utils.batch_space(env.action_space, num_envs)
+    env.close()
+    space.seed(seed)
+    return np.stack([space.sample() for _ in range(num_steps)])
+
+
+def format_table(header, rows):
+    """Right-aligned columns."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = [header, ['-' * width for width in widths], *rows]
+    return '\n'.join('  '.join(str(cell).rjust(width) for cell, width in zip(
+        line, widths, strict=True)) for line in lines)
+
+
+def main(argv):
+    del argv
+    runners = [runner for runner in RUNNERS
+               if FLAGS.runners is None or runner.name in FLAGS.runners]
+    results = {}  # (env_id, num_envs) -> {runner name: (median steps/s, median CPU us/step)}
+    for env_id in FLAGS.env_ids:
+        for num_envs in map(int, FLAGS.envs):
+            batch_steps = max(1, FLAGS.steps // num_envs)
+            env_steps = batch_steps * num_envs
+            actions = sample_actions(env_id, num_envs, batch_steps)
+            timings = {runner.name: [] for runner in runners}
+            for _ in range(FLAGS.repeats):  # Interleaved, so load drifts hit all runners.
+                for runner in runners:
+                    timings[runner.name].append(runner.run(env_id, actions))
+            results[env_id, num_envs] = {
+                name: (statistics.median(env_steps / timing.wall for timing in runs),
+                       statistics.median(timing.cpu / env_steps * 1e6 for timing in runs))
+                for name, runs in timings.items()}
+            print(f'{env_id} x{num_envs}: ' + ', '.join(
+                f'{name} {rate:,.0f}' for name, (rate, _) in results[env_id, num_envs].items()),
+                flush=True)
+
+    names = [runner.name for runner in runners]
+    baselines = [name for name in FLAGS.baselines if name in names]
+    rows = [[env_id, num_envs, name, f'{rate:,.0f}', f'{cpu:.1f}',
+             *(f'{rate / rates[base][0]:.2f}x' for base in baselines)]
+            for (env_id, num_envs), rates in results.items()
+            for name, (rate, cpu) in rates.items()]
+    print(f'\nEnv steps per second and CPU microseconds per env step, medians of '
+          f'{FLAGS.repeats} runs:\n')
+    print(format_table(['env', 'envs', 'runner', 'steps/s', 'CPU us/step',
+                        *(f'vs {base}' for base in baselines)], rows))
+
+
+if __name__ == '__main__':
+    app.run(main)
