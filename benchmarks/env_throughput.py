@@ -1,10 +1,16 @@
 """Environment steps per second of BatchEnv's modes against Gymnasium's vector envs.
 
-Every runner steps the same envs with the same pre-sampled random actions (NEXT_STEP autoreset,
-so episode ends are included) and reports env steps per second (batch steps x envs) and the CPU
-time per env step of all processes involved; each setting is timed `--repeats` times and the
-medians are shown, with each runner's speed relative to the baselines. Add a runner by appending
-a `Runner` to RUNNERS.
+Every vector env runner steps the same envs with the same pre-sampled random actions (NEXT_STEP
+autoreset, so episode ends are included) and reports env steps per second (batch steps x envs)
+and the CPU time per env step of all processes involved; each setting is timed `--repeats` times
+and the medians are shown, with each runner's speed relative to the baselines. Add a runner by
+appending a `Runner` to RUNNERS.
+
+The `in_graph_*` runners run the compiled rollout of `simulate.Simulator` with a trivial
+(constant) policy on a BatchEnv in AutoresetMode.DISABLED, and the `raw_loop_*` runners step the
+same BatchEnv with the same action from a Python loop that resets finished envs the same way:
+their ratio is what simulating inside the TensorFlow graph keeps of the raw speed. These rows
+import TensorFlow, with one inter-op thread as training uses it.
 
 Example:
 
@@ -48,10 +54,13 @@ class Timing:
 class Runner:
     """A named way to step envs: `run(env_id, actions)` returns the Timing of stepping through
     `actions` ([batch steps, num envs, *action shape]), excluding set-up and warm-up (which may
-    reuse the first actions); `stopwatch` measures it."""
+    reuse the first actions); `stopwatch` measures it. Batches of fewer than `min_envs` envs
+    are skipped."""
 
     name: str
     run: Callable[[str, np.ndarray], Timing]
+    min_envs: int = 1
+    needs_tensorflow: bool = False
 
 
 def _cpu_seconds():
@@ -102,8 +111,77 @@ def time_vector_env(make_vector_env, env_id, actions):
         env.close()
 
 
-def vector_env_runner(name, make_vector_env):
-    return Runner(name, functools.partial(time_vector_env, make_vector_env))
+def vector_env_runner(name, make_vector_env, min_envs=1):
+    return Runner(name, functools.partial(time_vector_env, make_vector_env), min_envs)
+
+
+def _simulation_modules():
+    """simulate and in_graph_batch_env, imported only when a runner needs TensorFlow."""
+    from agents.tools import in_graph_batch_env, simulate  # noqa: PLC0415 - TF is slow to load.
+    return simulate, in_graph_batch_env
+
+
+def _training_batch_env(mode, env_id, num_envs):
+    """A BatchEnv as the in-graph simulation uses it: explicit resets, no infos."""
+    return batch_env.BatchEnv(
+        [functools.partial(gym.make, env_id)] * num_envs, mode=mode,
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False)
+
+
+def time_raw_loop(mode, env_id, actions):
+    """Timing of a Python loop stepping a BatchEnv with a constant action for len(actions)
+    steps and resetting finished envs like the simulator: the reference of the in-graph rows."""
+    simulate, _ = _simulation_modules()
+    num_steps, num_envs = actions.shape[:2]
+    env = _training_batch_env(mode, env_id, num_envs)
+    try:
+        action = simulate.neutral_action(env.single_action_space)
+        constant_actions = np.broadcast_to(action, (num_envs, *action.shape)).copy()
+
+        def run(num_steps):
+            for _ in range(num_steps):
+                _, _, terminated, truncated, _ = env.step(constant_actions)
+                done = terminated | truncated
+                if done.all():
+                    env.reset()
+                elif done.any():
+                    env.reset(options={'reset_mask': done})
+
+        env.reset(seed=0)
+        run(FLAGS.warmup_steps)
+        with stopwatch() as timing:
+            run(num_steps)
+        return timing
+    finally:
+        env.close()
+
+
+def time_in_graph_rollout(mode, env_id, actions):
+    """Timing of one compiled `Simulator.rollout` of len(actions) steps with a constant policy.
+
+    A first rollout of the same length compiles the graph and is not timed.
+    """
+    simulate, in_graph_batch_env = _simulation_modules()
+    num_steps, num_envs = actions.shape[:2]
+    env = _training_batch_env(mode, env_id, num_envs)
+    try:
+        graph_env = in_graph_batch_env.InGraphBatchEnv(env, seed=0)
+        simulator = simulate.Simulator(graph_env, simulate.ConstantAlgorithm(
+            simulate.neutral_action(graph_env.action_space)))
+        simulator.rollout(num_steps)
+        with stopwatch() as timing:
+            simulator.rollout(num_steps)
+        return timing
+    finally:
+        env.close()
+
+
+def simulation_runners(mode, min_envs=1):
+    return [
+        Runner(f'raw_loop_{mode}', functools.partial(time_raw_loop, mode), min_envs, True),
+        Runner(f'in_graph_{mode}', functools.partial(time_in_graph_rollout, mode), min_envs,
+               True),
+    ]
 
 
 RUNNERS = [
@@ -116,6 +194,13 @@ RUNNERS = [
         'batch_external', functools.partial(batch_env.BatchEnv, mode='external')),
     vector_env_runner('batch_external_no_infos', functools.partial(
         batch_env.BatchEnv, mode='external', collect_infos=False)),
+    vector_env_runner(
+        'batch_hybrid', functools.partial(batch_env.BatchEnv, mode='hybrid'), min_envs=2),
+    vector_env_runner('batch_hybrid_no_infos', functools.partial(
+        batch_env.BatchEnv, mode='hybrid', collect_infos=False), min_envs=2),
+    *simulation_runners('in_process'),
+    *simulation_runners('external'),
+    *simulation_runners('hybrid', min_envs=2),
 ]
 
 
@@ -140,15 +225,26 @@ def main(argv):
     del argv
     runners = [runner for runner in RUNNERS
                if FLAGS.runners is None or runner.name in FLAGS.runners]
+    unknown = set(FLAGS.runners or ()) - {runner.name for runner in RUNNERS}
+    if unknown:
+        raise app.UsageError(f'unknown runners {sorted(unknown)}; choose among '
+                             f'{[runner.name for runner in RUNNERS]}')
+    if any(runner.needs_tensorflow for runner in runners):
+        import tensorflow as tf  # noqa: PLC0415 - only the in-graph rows need TensorFlow.
+
+        # Envs step on TF's inter-op threads; one thread saves handing ops between threads.
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.get_logger().setLevel('ERROR')  # Each runner traces its own Simulator.rollout.
     results = {}  # (env_id, num_envs) -> {runner name: (median steps/s, median CPU us/step)}
     for env_id in FLAGS.env_ids:
         for num_envs in map(int, FLAGS.envs):
             batch_steps = max(1, FLAGS.steps // num_envs)
             env_steps = batch_steps * num_envs
             actions = sample_actions(env_id, num_envs, batch_steps)
-            timings = {runner.name: [] for runner in runners}
+            fitting = [runner for runner in runners if num_envs >= runner.min_envs]
+            timings = {runner.name: [] for runner in fitting}
             for _ in range(FLAGS.repeats):  # Interleaved, so load drifts hit all runners.
-                for runner in runners:
+                for runner in fitting:
                     timings[runner.name].append(runner.run(env_id, actions))
             results[env_id, num_envs] = {
                 name: (statistics.median(env_steps / timing.wall for timing in runs),
@@ -168,6 +264,17 @@ def main(argv):
           f'{FLAGS.repeats} runs:\n')
     print(format_table(['env', 'envs', 'runner', 'steps/s', 'CPU us/step',
                         *(f'vs {base}' for base in baselines)], rows))
+    simulation_rows = [
+        [env_id, num_envs, mode, f'{rates[f"in_graph_{mode}"][0]:,.0f}',
+         f'{rates[f"raw_loop_{mode}"][0]:,.0f}',
+         f'{rates[f"in_graph_{mode}"][0] / rates[f"raw_loop_{mode}"][0]:.2f}']
+        for (env_id, num_envs), rates in results.items() for mode in batch_env.MODES
+        if f'in_graph_{mode}' in rates and f'raw_loop_{mode}' in rates]
+    if simulation_rows:
+        print('\nIn-graph rollout with a constant policy against the raw BatchEnv loop '
+              '(DISABLED autoreset, no infos):\n')
+        print(format_table(['env', 'envs', 'BatchEnv mode', 'in-graph steps/s', 'raw steps/s',
+                            'in-graph/raw'], simulation_rows))
 
 
 if __name__ == '__main__':

@@ -7,6 +7,8 @@ wrappers work on it, and given the same envs, seeds and actions it returns exact
 - mode='external' steps the envs in worker processes that each host several envs and exchange
   data through shared memory, with non-blocking `step_async` / `step_wait`, so simulation runs
   on all cores while the learner works (the `ExternalProcess` idea of the original batch-ppo);
+- mode='hybrid' is external mode where the caller steps the first slice of envs itself while it
+  waits for the workers: on few cores, no core idles and fewer processes must be woken per step;
 - mode='in_process' steps them in a loop in the caller, for cheap envs or debugging;
 - vectorised checks that reject bad actions before any env is stepped;
 - errors of envs and dead workers raised in the caller, naming the env, with its traceback.
@@ -28,7 +30,10 @@ AutoresetMode = gym.vector.AutoresetMode
 EnvError = env_group.EnvError
 WorkerDiedError = external_worker.WorkerDiedError
 
-MODES = ('external', 'in_process')
+MODES = ('external', 'hybrid', 'in_process')
+# Default spin_seconds of hybrid mode: a little more than the caller usually waits for the
+# worker after stepping its own envs.
+SPIN_SECONDS = 0.001
 
 
 def make_env(env_id, env_kwargs=None, wrappers=()):
@@ -56,12 +61,26 @@ def parse_autoreset_mode(mode):
         f'autoreset_mode must be one of {list(AutoresetMode)} or their names, got {mode!r}')
 
 
-def _default_num_workers():
+def _available_cores():
     """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # Not on Linux.
         return os.cpu_count() or 1
+
+
+def _num_workers(num_workers, mode, num_envs):
+    """Checked `num_workers`, by default one per core but the caller's in hybrid mode, and at
+    most one per env (a worker fewer in hybrid mode, where the caller hosts envs too)."""
+    hybrid = mode == 'hybrid'
+    if num_workers is None:
+        num_workers = max(1, _available_cores() - hybrid)
+    if not isinstance(num_workers, numbers.Integral) or num_workers < 1:
+        raise ValueError(f'num_workers must be a positive int, got {num_workers!r}')
+    if hybrid and num_envs < 2:
+        raise ValueError('hybrid mode needs at least 2 envs, one for the caller and one for a '
+                         f'worker; got {num_envs}')
+    return min(int(num_workers), num_envs - hybrid)
 
 
 def _env_factory(env_fn, index):
@@ -89,7 +108,9 @@ class _ActionChecker:
             low, high = space.start, space.start + space.nvec - 1
         else:  # MultiBinary
             low, high = 0, 1
-        self._low, self._high = low, high
+        # Bounds of the batch's shape compare faster than bounds that broadcast.
+        self._low = np.broadcast_to(low, self._shape).copy()
+        self._high = np.broadcast_to(high, self._shape).copy()
         if self._dtype.kind == 'f':
             self._kinds = 'fiu'
         elif isinstance(space, gym.spaces.MultiBinary):
@@ -134,15 +155,19 @@ class BatchEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_fns, mode='external', num_workers=None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, copy=True, collect_infos=True,
-                 start_method='forkserver', close_timeout=5.0, timeout=None):
+                 start_method='forkserver', close_timeout=5.0, timeout=None,
+                 spin_seconds=None, worker_spin_seconds=0.0):
         """Creates the envs.
 
         Args:
           env_fns: env ids or callables returning envs, one per env; external mode pickles
             them with cloudpickle, e.g. `functools.partial(gymnasium.make, id, **kwargs)`.
-          mode: 'external' (worker processes) or 'in_process'.
-          num_workers: worker processes in external mode; default one per available core
-            (at most one per env). Each hosts a contiguous slice of the envs.
+          mode: 'external' (worker processes), 'hybrid' (worker processes and the caller) or
+            'in_process'.
+          num_workers: worker processes in external and hybrid mode; default one per available
+            core, less one for the caller in hybrid mode (at most one per env). Each hosts a
+            contiguous slice of the envs; in hybrid mode the caller hosts the first slice and
+            steps it in `step_wait`.
           autoreset_mode: a gymnasium AutoresetMode (or its value or name). With DISABLED,
             reset finished envs with `reset(options={'reset_mask': mask})` before stepping.
           copy: return fresh arrays; otherwise `step` and `reset` return internal buffers that
@@ -155,6 +180,10 @@ class BatchEnv(gym.vector.VectorEnv):
             before raising multiprocessing.TimeoutError; None waits as long as they live. A
             step that timed out can still be collected by `step_wait`; after the other calls
             time out, the workers are terminated and the batch is unusable.
+          spin_seconds: how long the caller polls for the workers' replies before it sleeps
+            until they come. Polling saves the cost of waking the caller when they come soon
+            and a core is free for it, as in hybrid mode. Default: 0 in external mode,
+            SPIN_SECONDS in hybrid mode.
         """
         super().__init__()
         if isinstance(env_fns, str) or not hasattr(env_fns, '__len__') or not len(env_fns):
@@ -183,11 +212,9 @@ class BatchEnv(gym.vector.VectorEnv):
             self._info_batcher = env_group.InfoBatcher(self.num_envs)
             first_env = envs[0]
         else:
-            if num_workers is None:
-                num_workers = min(_default_num_workers(), self.num_envs)
-            if not isinstance(num_workers, numbers.Integral) or num_workers < 1:
-                raise ValueError(f'num_workers must be a positive int, got {num_workers!r}')
-            num_workers = min(int(num_workers), self.num_envs)
+            num_workers = _num_workers(num_workers, mode, self.num_envs)
+            if spin_seconds is None:
+                spin_seconds = SPIN_SECONDS if mode == 'hybrid' else 0.0
             # Like AsyncVectorEnv, a throwaway env tells the spaces before workers start.
             first_env = env_group.create_envs(env_fns[:1])[0]
             try:
@@ -196,7 +223,9 @@ class BatchEnv(gym.vector.VectorEnv):
                 first_env.close()
             self._pool = external_worker.WorkerPool(
                 env_fns, self.single_observation_space, self.single_action_space,
-                num_workers, self.autoreset_mode, collect_infos, start_method, close_timeout)
+                num_workers, self.autoreset_mode, collect_infos, start_method, close_timeout,
+                host_in_caller=mode == 'hybrid', spin_seconds=spin_seconds,
+                worker_spin_seconds=worker_spin_seconds)
             self._buffers = self._pool.buffers
         self.metadata = dict(first_env.metadata)
         self.metadata['autoreset_mode'] = self.autoreset_mode
@@ -258,14 +287,13 @@ class BatchEnv(gym.vector.VectorEnv):
 
     def _reset_workers(self, seeds, options, rows):
         pool = self._pool
-        workers = range(pool.num_workers) if rows is None else pool.workers_of(rows)
-        for worker in workers:
-            start, stop = pool.env_slices[worker]
-            worker_seeds = None if seeds is None else seeds[start:stop]
-            worker_rows = None if rows is None else [
+        hosts = range(pool.num_hosts) if rows is None else pool.hosts_of(rows)
+        for host in hosts:
+            start, stop = pool.env_slices[host]
+            host_seeds = None if seeds is None else seeds[start:stop]
+            host_rows = None if rows is None else [
                 int(row) - start for row in rows if start <= row < stop]
-            pool.send(worker, external_worker.RESET + pickle.dumps(
-                (worker_seeds, options, worker_rows)))
+            pool.send(host, external_worker.RESET, pickle.dumps((host_seeds, options, host_rows)))
         return self._merged_infos(self._wait_for_workers('reset'))
 
     def _wait_for_workers(self, what):
@@ -279,18 +307,18 @@ class BatchEnv(gym.vector.VectorEnv):
             raise
 
     def _decode(self, replies):
-        """{worker: payload or None} of the workers' replies; after reading them all, raises
-        the error of the first failed worker."""
+        """{host: payload or None} of the hosts' replies; after reading them all, raises the
+        error of the first failed host."""
         payloads, failure = {}, None
-        for worker in sorted(replies):
-            reply = replies[worker]
+        for host in sorted(replies):
+            reply = replies[host]
             if not reply:
-                payloads[worker] = None
+                payloads[host] = None
                 continue
             ok, payload = pickle.loads(reply)
-            payloads[worker] = payload
+            payloads[host] = payload
             if not ok and failure is None:
-                failure = (payload, self._pool.describe(worker))
+                failure = (payload, self._pool.describe(host))
         if failure:
             external_worker.raise_error_reply(*failure)
         return payloads
@@ -302,8 +330,8 @@ class BatchEnv(gym.vector.VectorEnv):
         except EnvError:
             self._needs_reset = True
             raise
-        worker_infos = [(self._pool.env_slices[worker][0], payload)
-                        for worker, payload in payloads.items() if payload]
+        worker_infos = [(self._pool.env_slices[host][0], payload)
+                        for host, payload in payloads.items() if payload]
         if not worker_infos:
             return {}
         return external_worker.merge_worker_infos(worker_infos, self.num_envs)
@@ -347,7 +375,8 @@ class BatchEnv(gym.vector.VectorEnv):
         return self.step_wait()
 
     def step_async(self, actions):
-        """Checks `actions` and starts stepping; in external mode it returns at once."""
+        """Checks `actions` and starts stepping; in external and hybrid mode it returns at
+        once (hybrid mode steps the caller's envs in `step_wait`)."""
         self._check_running()
         if self._pending:
             raise gym.error.AlreadyPendingCallError(
@@ -369,8 +398,9 @@ class BatchEnv(gym.vector.VectorEnv):
     def step_wait(self, timeout=None):
         """Waits for the step started by `step_async` and returns its results.
 
-        In external mode, raises multiprocessing.TimeoutError after `timeout` seconds (default:
-        the constructor's); the step stays pending, so a later `step_wait` can collect it.
+        In external and hybrid mode, raises multiprocessing.TimeoutError when the workers take
+        over `timeout` seconds (default: the constructor's) more than the caller's envs; the
+        step stays pending, so a later `step_wait` can collect it.
         """
         self._check_running()
         if self._pending != 'step':
@@ -402,9 +432,9 @@ class BatchEnv(gym.vector.VectorEnv):
             raise gym.error.AlreadyPendingCallError('call while a step is pending', 'step')
         if self._group is not None:
             return tuple(self._group.call(name, args, kwargs))
-        self._pool.send_all(external_worker.CALL + pickle.dumps((name, args, kwargs)))
+        self._pool.send_all(external_worker.CALL, pickle.dumps((name, args, kwargs)))
         payloads = self._decode(self._wait_for_workers(f'call({name!r})'))
-        return tuple(result for worker in sorted(payloads) for result in payloads[worker])
+        return tuple(result for host in sorted(payloads) for result in payloads[host])
 
     def get_attr(self, name):
         """Attribute `name` of every env, as a tuple."""
@@ -423,8 +453,8 @@ class BatchEnv(gym.vector.VectorEnv):
         if self._group is not None:
             self._group.set_attr(name, values)
             return
-        for worker, (start, stop) in enumerate(self._pool.env_slices):
-            self._pool.send(worker, external_worker.SET_ATTR + pickle.dumps(
+        for host, (start, stop) in enumerate(self._pool.env_slices):
+            self._pool.send(host, external_worker.SET_ATTR, pickle.dumps(
                 (name, list(values[start:stop]))))
         self._decode(self._wait_for_workers(f'set_attr({name!r})'))
 

@@ -20,7 +20,7 @@ from absl.testing import absltest, parameterized
 from agents.tools import batch_env
 
 AutoresetMode = gym.vector.AutoresetMode
-MODES = ('in_process', 'external')
+MODES = ('in_process', 'external', 'hybrid')
 
 # Short episodes, so a few dozen steps cross several episode ends.
 ENV_FACTORIES = {
@@ -36,10 +36,14 @@ def _scripted_failure(message):
 
 
 class ScriptedEnv(gym.Env):
-    """Observes [tag, steps]; fails, dies or blocks where told, to test fault handling."""
+    """Observes [tag, steps]; fails, dies or blocks where told, to test fault handling.
+
+    With a `log` list, appends (tag, 'step') and (tag, 'close') to it, which the test sees when
+    the env lives in the test's process.
+    """
 
     def __init__(self, tag=0, fail_reset=False, fail_step_at=None, die_step_at=None,
-                 block_on=None, block_reset_on=None, fail_make=False):
+                 block_on=None, block_reset_on=None, fail_make=False, log=None):
         if fail_make:
             _scripted_failure('scripted make failure')
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -50,6 +54,7 @@ class ScriptedEnv(gym.Env):
         self._die_step_at = die_step_at
         self._block_on = block_on
         self._block_reset_on = block_reset_on
+        self._log = log
         self._steps = 0
 
     def _observation(self):
@@ -66,6 +71,8 @@ class ScriptedEnv(gym.Env):
 
     def step(self, action):
         self._steps += 1
+        if self._log is not None:
+            self._log.append((self.tag, 'step'))
         if self._steps == self._fail_step_at:
             _scripted_failure(f'scripted step failure of env {self.tag}')
         if self._steps == self._die_step_at:
@@ -74,8 +81,15 @@ class ScriptedEnv(gym.Env):
             self._block_on.wait()
         return self._observation(), float(action[0]), False, False, {}
 
+    def close(self):
+        if self._log is not None:
+            self._log.append((self.tag, 'close'))
+
     def main_module_file(self):
         return getattr(sys.modules['__main__'], '__file__', None)
+
+    def big_array(self, size):
+        return np.full(size, self.tag, np.float64)
 
 
 def scripted_fns(num_envs, special=None):
@@ -142,6 +156,8 @@ class BatchEnvTestCase(parameterized.TestCase):
     def make(self, env_fns, mode='external', **kwargs):
         if mode == 'external':
             kwargs.setdefault('num_workers', 2)
+        elif mode == 'hybrid':
+            kwargs.setdefault('num_workers', 1)
         env = batch_env.BatchEnv(env_fns, mode=mode, **kwargs)
         self.addCleanup(env.close)
         return env
@@ -394,11 +410,13 @@ class FaultTest(BatchEnvTestCase):
         with self.assertRaisesRegex(RuntimeError, 'needs a full reset'):
             env.step(np.zeros((3, 1), np.float32))
 
-    @parameterized.parameters(*MODES)
-    def test_env_error_in_make_leaves_no_process(self, mode):
+    @parameterized.parameters(
+        ('in_process', 2), ('external', 2), ('hybrid', 2), ('hybrid', 0))
+    def test_env_error_in_make_leaves_no_process(self, mode, failing_env):
         before = _descendants()
-        with self.assertRaisesRegex(batch_env.EnvError, 'Environment 2 failed in make') as error:
-            batch_env.BatchEnv(scripted_fns(3, {2: {'fail_make': True}}), mode=mode,
+        with self.assertRaisesRegex(batch_env.EnvError,
+                                    f'Environment {failing_env} failed in make') as error:
+            batch_env.BatchEnv(scripted_fns(3, {failing_env: {'fail_make': True}}), mode=mode,
                                num_workers=2 if mode == 'external' else None)
         self.assertIn('_scripted_failure', ''.join(traceback.format_exception(error.exception)))
         self.assertTrue(_wait_until(lambda: _descendants() <= before), _descendants() - before)
@@ -542,6 +560,9 @@ class BadInputTest(BatchEnvTestCase):
         (dict(num_workers=0), ValueError, 'num_workers'),
         (dict(start_method='fork'), ValueError, 'start_method'),
         (dict(autoreset_mode='sometimes'), ValueError, 'autoreset_mode'),
+        (dict(spin_seconds=-1.0), ValueError, 'spin_seconds'),
+        (dict(mode='hybrid', env_fns=['CartPole-v1']), ValueError, 'at least 2 envs'),
+        (dict(mode='hybrid', num_workers=-1), ValueError, 'num_workers'),
     )
     def test_bad_constructor_arguments(self, kwargs, error_type, message):
         kwargs = {'env_fns': ['CartPole-v1'] * 2, 'mode': 'external', **kwargs}
@@ -560,6 +581,92 @@ class BadInputTest(BatchEnvTestCase):
             batch_env.BatchEnv([dict_fn], mode='in_process')
         with self.assertRaisesRegex(batch_env.EnvError, 'Environment 1 has observation space'):
             batch_env.BatchEnv([flat_fn, 'Pendulum-v1'], mode='in_process')
+
+
+class HybridTest(BatchEnvTestCase):
+    """Hybrid mode: the caller steps the first envs itself, in step_wait."""
+
+    def test_caller_steps_its_envs_once_while_waiting_for_the_workers(self):
+        release = multiprocessing.get_context('forkserver').Event()
+        log = []
+        env = self.make(scripted_fns(4, {1: {'log': log}, 3: {'block_on': release}}), 'hybrid')
+        self.assertEqual(env.num_workers, 1)
+        env.reset()
+        actions = np.zeros((4, 1), np.float32)
+        env.step_async(actions)
+        self.assertEqual(log, [])  # step_async leaves the caller's envs to step_wait.
+        with self.assertRaises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.05)
+        self.assertEqual(log, [(1, 'step')])
+        release.set()
+        observations = env.step_wait()[0]
+        self.assertEqual(log, [(1, 'step')])  # Not stepped again by the second step_wait.
+        np.testing.assert_array_equal(observations, [[tag, 1] for tag in range(4)])
+
+    def test_first_failing_env_is_reported_and_the_batch_recovers(self):
+        env = self.make(scripted_fns(4, {1: {'fail_step_at': 2}, 3: {'fail_step_at': 2}}),
+                        'hybrid')
+        env.reset()
+        actions = np.zeros((4, 1), np.float32)
+        env.step(actions)
+        with self.assertRaisesRegex(batch_env.EnvError, r'(?s)Environment 1 failed in step.*'
+                                    r'calling process \(pid \d+\) hosting envs \[0, 1\]'
+                                    ) as error:
+            env.step(actions)
+        self.assertIn('_scripted_failure', ''.join(traceback.format_exception(error.exception)))
+        observations, _ = env.reset()  # The worker's reply to the failed step was consumed.
+        np.testing.assert_array_equal(observations[:, 1], [0, 0, 0, 0])
+        np.testing.assert_array_equal(env.step(actions)[0][:, 1], [1, 1, 1, 1])
+
+    def test_worker_death_is_reported_with_its_envs(self):
+        env = self.make(scripted_fns(4, {2: {'die_step_at': 1}}), 'hybrid')
+        env.reset()
+        start = time.monotonic()
+        with self.assertRaisesRegex(batch_env.WorkerDiedError,
+                                    r'worker process 1 .*hosting envs \[2, 3\].*SIGKILL'):
+            env.step(np.zeros((4, 1), np.float32))
+        self.assertLess(time.monotonic() - start, 1.0)
+
+    def test_close_closes_the_callers_envs_and_reaps_the_workers(self):
+        before = _descendants()
+        log = []
+        env = batch_env.BatchEnv(scripted_fns(6, {0: {'log': log}}), mode='hybrid',
+                                 num_workers=9)
+        self.assertEqual(env.num_workers, 5)  # At most one per env the caller leaves.
+        self.assertLen(_descendants() - before, 5)
+        self.assertEqual(log, [(0, 'close')])  # The throwaway env that told the spaces.
+        env.reset()
+        env.step(np.zeros((6, 1), np.float32))
+        env.close()
+        self.assertEqual(log, [(0, 'close'), (0, 'step'), (0, 'close')])
+        self.assertEqual(_descendants(), before)
+
+
+class PipeTest(BatchEnvTestCase):
+
+    @parameterized.parameters('external', 'hybrid')
+    def test_messages_larger_than_the_pipes_hold(self, mode):
+        env = self.make(scripted_fns(3), mode)
+        size = 300_000  # 2.4 MB per env, where a pipe holds 64 KiB.
+        results = env.call('big_array', size)
+        for tag, result in enumerate(results):
+            np.testing.assert_array_equal(result, np.full(size, tag, np.float64))
+        blobs = [np.full(size, -tag) for tag in range(3)]
+        env.set_attr('blob', blobs)
+        for blob, expected in zip(env.get_attr('blob'), blobs, strict=True):
+            np.testing.assert_array_equal(blob, expected)
+        env.reset()
+        np.testing.assert_array_equal(env.step(np.zeros((3, 1), np.float32))[0][:, 1], [1] * 3)
+
+    def test_spinning_wait_keeps_to_the_timeout(self):
+        never = multiprocessing.get_context('forkserver').Event()
+        env = self.make(scripted_fns(2, {1: {'block_on': never}}), spin_seconds=30.0)
+        env.reset()
+        env.step_async(np.zeros((2, 1), np.float32))
+        start = time.monotonic()
+        with self.assertRaises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.1)
+        self.assertLess(time.monotonic() - start, 5.0)
 
 
 class MakeBatchEnvTest(BatchEnvTestCase):
@@ -581,6 +688,17 @@ class MakeBatchEnvTest(BatchEnvTestCase):
         self.assertEqual(env.get_attr('g'), (1.0, 1.0, 1.0))
         env.reset(seed=0)
         env.step(np.full((3, 1), 5.0, np.float32))  # Out of bounds, but clipped per env.
+
+    def test_gin_selects_hybrid_mode(self):
+        gin.parse_config(["make_batch_env.mode = 'hybrid'"])
+        env = batch_env.make_batch_env('CartPole-v1', 3, num_workers=1)
+        self.addCleanup(env.close)
+        self.assertEqual(env.mode, 'hybrid')
+        self.assertLen(env.worker_pids, 1)
+        reference = gym.vector.SyncVectorEnv([functools.partial(gym.make, 'CartPole-v1')] * 3)
+        self.addCleanup(reference.close)
+        self.assert_same(env.reset(seed=2), reference.reset(seed=2))
+        self.assert_same(env.step([0, 1, 1]), reference.step([0, 1, 1]))
 
     def test_external_by_default(self):
         env = batch_env.make_batch_env('CartPole-v1', 2, num_workers=2)

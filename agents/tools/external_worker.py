@@ -1,10 +1,19 @@
 """Worker processes that each host several environments of a BatchEnv.
 
-Every worker runs an EnvGroup on its rows of StepBuffers that live in shared memory. Parent and
-workers exchange tiny messages over pipes: one command byte per step and an empty reply, or a
-pickle when there is something to say (infos, errors, call results). A worker hosts several envs,
-so the inter-process cost is paid once per worker per step, not once per env, and the parent
-sends all commands before it waits for any reply, so the learner can work while envs simulate.
+Every worker runs an EnvGroup on its rows of StepBuffers that live in shared memory. The parent
+rings a worker's doorbell (an eventfd) to make it step, and sends other commands with their
+pickled arguments through a pipe; the worker replies through another pipe with 4 bytes, more only
+when there is something to say (infos, errors, call results). Pipes are read and written with
+plain `os.read` / `os.write`. A worker hosts several envs, so the inter-process cost is paid once
+per worker per step, not once per env, and the parent rings all doorbells before it waits for any
+reply, so the learner can work while envs simulate. With `host_in_caller`, the calling process
+steps the first slice of envs itself while it waits for the workers: on few cores, no core then
+idles while the parent waits and one wake-up fewer is paid.
+
+Why a doorbell: writing to a pipe asks the scheduler to run the woken reader on the writer's
+core, as the writer is expected to wait for it; in hybrid mode the caller keeps running, so the
+worker would wait for it instead of running on the other core. Where os.eventfd is missing
+(outside Linux), steps go through the command pipe.
 
 Workers start with forkserver or spawn (plain fork is unsafe once TensorFlow runs threads in the
 parent) and never import the parent's `__main__` (it may import TensorFlow): env factories travel
@@ -24,18 +33,24 @@ import struct
 import sys
 import time
 import weakref
+from multiprocessing import reduction
 
 import cloudpickle
 import numpy as np
 
 from agents.tools import env_group
 
-# One-byte commands from the parent; RESET, CALL and SET_ATTR carry a pickle after the byte.
+# Commands from the parent; RESET, CALL and SET_ATTR carry a pickle of their arguments.
 STEP, RESET, CALL, SET_ATTR, CLOSE = b's', b'r', b'c', b'a', b'q'
 # Reply meaning "done, nothing to report"; other replies are pickled (ok, payload) pairs.
 EMPTY_REPLY = b''
+# Frames on the pipes: a command byte and the body's length, or just the length for replies.
+_COMMAND_HEADER = struct.Struct('=cI')
+_REPLY_HEADER = struct.Struct('=I')
 
 START_METHODS = ('forkserver', 'spawn')
+# Host index of the envs that the calling process hosts itself (see WorkerPool).
+CALLER = 0
 # Seconds between checks that workers are alive while waiting for replies. Deaths usually show
 # at once through the closed pipe; this bounds detection when they do not.
 _LIVENESS_PERIOD = 0.25
@@ -92,18 +107,25 @@ def pack_events(batcher, events):
         return None
     columns = batcher.columns(events)
     if columns is not None:
-        return 'columns', columns.dtype.descr, columns.tobytes()
+        return 'columns', _descr(columns.dtype), columns.tobytes()
     return 'infos', pack_infos(batcher.batch(events))
 
 
-_dtypes = {}  # Structured dtypes by their descr, as tuples.
+_descrs = {}  # Structured dtype -> its descr as a tuple (dtype.descr takes microseconds).
+_dtypes = {}  # The inverse.
+
+
+def _descr(dtype):
+    descr = _descrs.get(dtype)
+    if descr is None:
+        descr = _descrs[dtype] = tuple(dtype.descr)
+    return descr
 
 
 def _columns(descr, data):
-    key = tuple(descr)
-    dtype = _dtypes.get(key)
+    dtype = _dtypes.get(descr)
     if dtype is None:
-        dtype = _dtypes[key] = np.dtype(descr)
+        dtype = _dtypes[descr] = np.dtype(list(descr))
     return np.frombuffer(data, dtype)
 
 
@@ -125,6 +147,8 @@ def merge_worker_infos(worker_infos, num_envs):
     return infos
 
 
+
+
 def _error_reply(error):
     """The pickled reply that reports `error` (an EnvError or any other exception)."""
     if isinstance(error, env_group.EnvError):
@@ -140,51 +164,126 @@ def _error_reply(error):
     return pickle.dumps((False, (index, method, cause, message)))
 
 
-def _worker_main(conn, memory, num_envs, observation_space, action_space, first_index,
-                 stop_index, env_fns, autoreset_mode, collect_infos):
-    """Hosts envs first_index..stop_index-1 and serves the parent's commands until CLOSE."""
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exactly(fd, size):
+    """`size` bytes from `fd`; EOFError if the writer closed it first."""
+    data = os.read(fd, size) if size else b''
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError(f'pipe closed after {len(data)} of {size} bytes')
+        data += chunk
+    return data
+
+
+def _read_reply(fd):
+    (size,) = _REPLY_HEADER.unpack(_read_exactly(fd, _REPLY_HEADER.size))
+    return _read_exactly(fd, size)
+
+
+class _InheritedFd:
+    """An fd that a worker process receives as its own copy, like a multiprocessing.Connection,
+    with any start method."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _inherit_fd, (reduction.DupFd(self.fd),)
+
+
+def _inherit_fd(duplicate):
+    return duplicate.detach()
+
+
+class EnvHost:
+    """Carries out the parent's commands on an EnvGroup.
+
+    Each worker process runs one, and so does the calling process for its own envs with
+    `host_in_caller`, so that both behave alike down to the bytes of their replies.
+    """
+
+    def __init__(self, buffers, env_fns, first_index, observation_space, action_space,
+                 autoreset_mode, collect_infos):
+        """Makes the envs `first_index`.. of the batch, stepping in rows of `buffers`."""
+        envs = env_group.create_envs(env_fns, first_index, observation_space, action_space)
+        rows = buffers.slice(first_index, first_index + len(envs))
+        self.group = env_group.EnvGroup(envs, rows, autoreset_mode, collect_infos, first_index)
+        self._batcher = env_group.InfoBatcher(len(envs))
+
+    def serve(self, command, body):
+        """The reply to `command`: EMPTY_REPLY or a pickled (ok, payload), also for errors."""
+        try:
+            if command == STEP:
+                result = pack_events(self._batcher, self.group.step())
+            elif command == RESET:
+                result = pack_events(self._batcher, self.group.reset(*pickle.loads(body)))
+            elif command == CALL:
+                result = self.group.call(*pickle.loads(body))
+            elif command == SET_ATTR:
+                result = self.group.set_attr(*pickle.loads(body))
+            else:
+                raise ValueError(f'unknown command {command!r}')
+        except Exception as error:  # noqa: BLE001 - reported to the parent.
+            return _error_reply(error)
+        return pickle.dumps((True, result)) if result else EMPTY_REPLY
+
+
+def _worker_main(commands, replies, doorbell_fd, memory, num_envs, observation_space,
+                 action_space, first_index, env_fns, autoreset_mode, collect_infos,
+                 spin_seconds):
+    """Hosts envs from `first_index` on and serves the parent's commands until CLOSE.
+
+    STEP comes by the doorbell (an eventfd, or None to get it by the command pipe like the other
+    commands); the closed command pipe says that the parent is gone.
+    """
     # Ctrl-C reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    group = None
+    command_fd, reply_fd = commands.fileno(), replies.fileno()
+    poller = select.poll()
+    for fd in (command_fd, doorbell_fd):
+        if fd is not None:
+            poller.register(fd, select.POLLIN)
+    host = None
     try:
         try:
             buffers = env_group.StepBuffers.create(
-                num_envs, observation_space, action_space, memory).slice(first_index, stop_index)
-            envs = env_group.create_envs(
-                env_fns.load(), first_index, observation_space, action_space)
-            group = env_group.EnvGroup(envs, buffers, autoreset_mode, collect_infos, first_index)
-            batcher = env_group.InfoBatcher(stop_index - first_index)
+                num_envs, observation_space, action_space, memory)
+            host = EnvHost(buffers, env_fns.load(), first_index, observation_space,
+                           action_space, autoreset_mode, collect_infos)
+            reply = EMPTY_REPLY
         except Exception as error:  # noqa: BLE001 - reported to the parent.
-            conn.send_bytes(_error_reply(error))
-            return
-        conn.send_bytes(EMPTY_REPLY)
+            reply = _error_reply(error)
         while True:
             try:
-                message = conn.recv_bytes()
+                _write_all(reply_fd, _REPLY_HEADER.pack(len(reply)) + reply)
+                if host is None:
+                    return
+                if spin_seconds:
+                    spin_until = time.monotonic() + spin_seconds
+                    while not poller.poll(0) and time.monotonic() < spin_until:
+                        pass
+                if any(fd == doorbell_fd for fd, _ in poller.poll()):
+                    os.eventfd_read(doorbell_fd)
+                    command, body = STEP, b''
+                else:
+                    command, size = _COMMAND_HEADER.unpack(
+                        _read_exactly(command_fd, _COMMAND_HEADER.size))
+                    body = _read_exactly(command_fd, size)
             except (EOFError, OSError):
                 return  # The parent is gone.
-            command = message[:1]
             if command == CLOSE:
                 return
-            try:
-                if command == STEP:
-                    result = pack_events(batcher, group.step())
-                elif command == RESET:
-                    result = pack_events(batcher, group.reset(*pickle.loads(message[1:])))
-                elif command == CALL:
-                    result = group.call(*pickle.loads(message[1:]))
-                elif command == SET_ATTR:
-                    result = group.set_attr(*pickle.loads(message[1:]))
-                else:
-                    raise ValueError(f'unknown command {message[:20]!r}')
-                reply = pickle.dumps((True, result)) if result else EMPTY_REPLY
-            except Exception as error:  # noqa: BLE001 - reported to the parent.
-                reply = _error_reply(error)
-            conn.send_bytes(reply)
+            reply = host.serve(command, body)
     finally:
-        if group is not None:
+        if host is not None:
             try:
-                group.close()
+                host.group.close()
             except env_group.EnvError as error:
                 print(f'BatchEnv worker: {error}', file=sys.stderr)
 
@@ -226,46 +325,66 @@ def _exit_description(exitcode):
     return f'exit code {exitcode}'
 
 
-def _shutdown(creator_pid, processes, connections, timeout, terminate=False):
-    """Stops and reaps the workers: CLOSE, then SIGTERM after `timeout` s, then SIGKILL."""
+def _shutdown(creator_pid, processes, command_conns, reply_conns, doorbells, caller_hosts,
+              timeout, terminate=False):
+    """Stops and reaps the workers (CLOSE, then SIGTERM after `timeout` s, then SIGKILL) and
+    closes the envs of the calling process."""
     if os.getpid() != creator_pid:
         return  # A forked copy of the parent does not own the workers.
     if not terminate:
-        for conn in connections:
+        for conn in command_conns.values():
             with contextlib.suppress(OSError):
-                conn.send_bytes(CLOSE)
+                _write_all(conn.fileno(), _COMMAND_HEADER.pack(CLOSE, 0))
         deadline = time.monotonic() + timeout
-        for process in processes:
+        for process in processes.values():
             process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
+    for process in processes.values():
         if process.is_alive():
             process.terminate()
-    for process in processes:
+    for process in processes.values():
         process.join(_TERMINATE_GRACE)
         if process.is_alive():
             process.kill()
             process.join()
-    for conn in connections:
+    for conn in [*command_conns.values(), *reply_conns.values()]:
         conn.close()
+    while doorbells:
+        os.close(doorbells.popitem()[1])
+    while caller_hosts:
+        caller_hosts.pop().group.close()
 
 
 class WorkerPool:
-    """Worker processes hosting contiguous slices of a batch of envs, and their shared buffers.
+    """Hosts contiguous slices of a batch of envs in worker processes, with shared buffers.
+
+    Each slice has a host index; with `host_in_caller`, host CALLER (0) is the calling process,
+    which steps its slice when `wait` is called, while the workers step theirs.
 
     Attributes:
       buffers: StepBuffers of the whole batch, in memory shared with the workers.
-      env_slices: (first, stop) env indices hosted by each worker.
+      env_slices: (first, stop) env indices of each host.
     """
 
     def __init__(self, env_fns, observation_space, action_space, num_workers, autoreset_mode,
-                 collect_infos, start_method='forkserver', close_timeout=5.0):
+                 collect_infos, start_method='forkserver', close_timeout=5.0,
+                 host_in_caller=False, spin_seconds=0.0, worker_spin_seconds=0.0):
+        """Starts `num_workers` workers (plus the caller's share with `host_in_caller`).
+
+        `spin_seconds` is how long `wait` polls without sleeping before it blocks: when the
+        workers finish soon and a core is free, that saves the cost of waking the caller.
+        """
         if start_method not in START_METHODS:
             raise ValueError(
                 f'start_method must be one of {START_METHODS} (plain fork is unsafe with '
                 f'TensorFlow), got {start_method!r}')
         num_envs = len(env_fns)
-        if not 1 <= num_workers <= num_envs:
-            raise ValueError(f'num_workers must be in [1, {num_envs}], got {num_workers}')
+        num_hosts = num_workers + bool(host_in_caller)
+        if num_workers < 1 or num_hosts > num_envs:
+            raise ValueError(
+                f'num_workers must be in [1, {num_envs - bool(host_in_caller)}] for {num_envs} '
+                f'envs{" with host_in_caller" if host_in_caller else ""}, got {num_workers}')
+        if spin_seconds < 0:
+            raise ValueError(f'spin_seconds must be >= 0, got {spin_seconds}')
         context = multiprocessing.get_context(start_method)
         if start_method == 'forkserver':
             # Workers fork from a server that has already imported what they need.
@@ -275,119 +394,159 @@ class WorkerPool:
                                                          action_space))
         self.buffers = env_group.StepBuffers.create(
             num_envs, observation_space, action_space, self._memory)
-        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int).tolist()
+        bounds = np.linspace(0, num_envs, num_hosts + 1).round().astype(int).tolist()
         self.env_slices = list(zip(bounds[:-1], bounds[1:], strict=True))
-        self.processes = []
-        self.connections = []
+        self._spin_seconds = spin_seconds
+        self._processes = {}  # Host -> worker process.
+        self._command_conns = {}  # Host -> writing end of the pipe carrying its commands.
+        self._reply_conns = {}  # Host -> reading end of the pipe carrying its replies.
+        self._doorbells = {}  # Host -> eventfd that makes it step (none without os.eventfd).
+        self._caller_hosts = []  # The EnvHost of the calling process, if any.
+        self._caller_command = None  # (command, body) for the caller's envs, run by `wait`.
         self._closed = False
         self._death = None  # Why the pool was closed, if not by `close`.
-        self._pending = set()  # Workers that owe a reply.
-        self._replies = {}  # Replies received so far from pending workers.
-        self._exited = set()  # Workers seen exiting while not pending.
+        self._pending = set()  # Hosts that owe a reply.
+        self._replies = {}  # Replies received so far from pending hosts.
+        self._exited = set()  # Hosts whose worker was seen exiting while not pending.
         self._finalizer = weakref.finalize(
-            self, _shutdown, os.getpid(), self.processes, self.connections, close_timeout)
+            self, _shutdown, os.getpid(), self._processes, self._command_conns,
+            self._reply_conns, self._doorbells, self._caller_hosts, close_timeout)
         try:
-            self._start(context, env_fns, observation_space, action_space, autoreset_mode,
-                        collect_infos)
-            self._write_fds = [conn.fileno() for conn in self.connections]
+            first_worker = int(bool(host_in_caller))
+            self._start(context, env_fns, first_worker, observation_space, action_space,
+                        autoreset_mode, collect_infos, worker_spin_seconds)
             self._poller = select.poll()
-            self._fd_owners = {}
-            for worker, (process, conn) in enumerate(
-                    zip(self.processes, self.connections, strict=True)):
-                for fd, is_sentinel in ((conn.fileno(), False), (process.sentinel, True)):
+            self._fd_owners = {}  # fd -> (host, whether it is the process sentinel).
+            for host, process in self._processes.items():
+                for fd, is_sentinel in ((self._reply_conns[host].fileno(), False),
+                                        (process.sentinel, True)):
                     self._poller.register(fd, select.POLLIN)
-                    self._fd_owners[fd] = (worker, is_sentinel)
-            self._pending.update(range(num_workers))
-            for worker, reply in self.wait().items():
+                    self._fd_owners[fd] = (host, is_sentinel)
+            if host_in_caller:  # While the workers make their envs.
+                _, stop = self.env_slices[CALLER]
+                self._caller_hosts.append(EnvHost(
+                    self.buffers, env_fns[:stop], 0, observation_space, action_space,
+                    autoreset_mode, collect_infos))
+            self._pending.update(self._processes)
+            for host, reply in self.wait().items():
                 if reply:
-                    raise_error_reply(pickle.loads(reply)[1], self.describe(worker))
+                    raise_error_reply(pickle.loads(reply)[1], self.describe(host))
         except BaseException:
             self.close(terminate=True)
             raise
 
-    def _start(self, context, env_fns, observation_space, action_space, autoreset_mode,
-               collect_infos):
+    def _start(self, context, env_fns, first_worker, observation_space, action_space,
+               autoreset_mode, collect_infos, worker_spin_seconds):
         with _main_module_hidden():
-            for worker, (start, stop) in enumerate(self.env_slices):
-                parent_conn, child_conn = context.Pipe()
+            for host in range(first_worker, len(self.env_slices)):
+                start, stop = self.env_slices[host]
+                command_reader, command_writer = context.Pipe(duplex=False)
+                reply_reader, reply_writer = context.Pipe(duplex=False)
+                self._command_conns[host] = command_writer
+                self._reply_conns[host] = reply_reader
+                doorbell = None
+                if hasattr(os, 'eventfd'):
+                    self._doorbells[host] = os.eventfd(0, os.EFD_CLOEXEC)
+                    doorbell = _InheritedFd(self._doorbells[host])
                 process = context.Process(
-                    target=_worker_main, name=f'BatchEnvWorker-{worker}', daemon=True,
-                    args=(child_conn, self._memory, len(env_fns), observation_space,
-                          action_space, start, stop, _CloudPickled(list(env_fns[start:stop])),
-                          autoreset_mode, collect_infos))
+                    target=_worker_main, name=f'BatchEnvWorker-{host}', daemon=True,
+                    args=(command_reader, reply_writer, doorbell, self._memory, len(env_fns),
+                          observation_space, action_space, start,
+                          _CloudPickled(list(env_fns[start:stop])), autoreset_mode,
+                          collect_infos, worker_spin_seconds))
                 try:
                     process.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as error:
-                    parent_conn.close()
                     raise TypeError(
                         f'Could not send the factories of envs {start}..{stop - 1} to a worker '
                         f'process; they must be picklable with cloudpickle: {error}') from error
                 finally:
-                    child_conn.close()
-                self.processes.append(process)
-                self.connections.append(parent_conn)
+                    command_reader.close()
+                    reply_writer.close()
+                self._processes[host] = process
 
     @property
     def num_workers(self):
+        """Number of worker processes."""
+        return len(self._processes)
+
+    @property
+    def num_hosts(self):
+        """Number of env slices: the workers, and the caller if it hosts envs."""
         return len(self.env_slices)
 
     @property
     def pids(self):
-        return tuple(process.pid for process in self.processes)
+        return tuple(process.pid for process in self._processes.values())
 
-    def describe(self, worker):
+    def describe(self, host):
         """E.g. 'worker process 1 (pid 123) hosting envs [4, 5, 6, 7]'."""
-        start, stop = self.env_slices[worker]
-        pid = self.processes[worker].pid if worker < len(self.processes) else None
-        return f'worker process {worker} (pid {pid}) hosting envs {list(range(start, stop))}'
+        start, stop = self.env_slices[host]
+        envs = f'hosting envs {list(range(start, stop))}'
+        if host not in self._processes and self._caller_hosts:
+            return f'calling process (pid {os.getpid()}) {envs}'
+        process = self._processes.get(host)
+        return f'worker process {host} (pid {process and process.pid}) {envs}'
 
-    def workers_of(self, env_indices):
-        """Indices of the workers hosting any of `env_indices` (sorted ints)."""
+    def hosts_of(self, env_indices):
+        """Indices of the hosts of any of `env_indices` (sorted ints)."""
         starts = np.array([start for start, _ in self.env_slices])
         return sorted(set(np.searchsorted(starts, env_indices, side='right') - 1))
 
-    def send(self, worker, message):
-        """Sends `message` to `worker`, which will answer one reply for `wait`."""
+    def send(self, host, command, body=b''):
+        """Sends `command` with `body` to `host`, which will answer one reply for `wait`."""
         self.check_open()
-        if worker in self._exited:
-            self._died(worker)
-        # The framing of Connection.send_bytes, in one raw write: this is the per-step path.
-        frame = struct.pack('!i', len(message)) + message
-        try:
-            view = memoryview(frame)
-            while view:
-                view = view[os.write(self._write_fds[worker], view):]
-        except OSError:
-            self._died(worker)
-        self._pending.add(worker)
+        if host not in self._processes:  # The caller's own envs, served by `wait`.
+            self._caller_command = (command, body)
+        else:
+            if host in self._exited:
+                self._died(host)
+            try:
+                if command == STEP and host in self._doorbells:
+                    os.eventfd_write(self._doorbells[host], 1)
+                else:
+                    _write_all(self._command_conns[host].fileno(),
+                               _COMMAND_HEADER.pack(command, len(body)) + body)
+            except OSError:
+                self._died(host)
+        self._pending.add(host)
 
-    def send_all(self, message):
-        """Sends `message` to every worker."""
-        for worker in range(len(self._write_fds)):
-            self.send(worker, message)
-
-    @property
-    def waiting(self):
-        return bool(self._pending)
+    def send_all(self, command, body=b''):
+        """Sends `command` to every host."""
+        for host in range(self.num_hosts):
+            self.send(host, command, body)
 
     def wait(self, timeout=None):
-        """{worker: reply bytes} of every worker sent a message since the last full wait.
+        """{host: reply bytes} of every host sent a command since the last full wait.
 
-        Raises multiprocessing.TimeoutError after `timeout` seconds (a later wait resumes), and
-        WorkerDiedError (after closing the pool) when a worker dies.
+        First serves the caller's command, if any. Raises multiprocessing.TimeoutError when the
+        workers take over `timeout` seconds more (a later wait resumes), and WorkerDiedError
+        (after closing the pool) when a worker dies.
         """
         self.check_open()
         pending, replies = self._pending, self._replies
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._caller_command is not None:
+            command, self._caller_command = self._caller_command, None
+            pending.discard(CALLER)
+            replies[CALLER] = self._caller_hosts[0].serve(*command)
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        spin_until = now + self._spin_seconds
         while pending:
-            wait_seconds = _LIVENESS_PERIOD
-            if deadline is not None:
-                wait_seconds = max(0.0, min(wait_seconds, deadline - time.monotonic()))
-            events = self._poller.poll(wait_seconds * 1000)
+            now = time.monotonic()
+            if now < spin_until and (deadline is None or now < deadline):
+                events = self._poller.poll(0)
+                if not events:
+                    continue
+            else:
+                wait_seconds = _LIVENESS_PERIOD
+                if deadline is not None:
+                    wait_seconds = max(0.0, min(wait_seconds, deadline - now))
+                events = self._poller.poll(wait_seconds * 1000)
             if not events:
-                for worker, process in enumerate(self.processes):
+                for host, process in self._processes.items():
                     if not process.is_alive():
-                        self._died(worker)
+                        self._died(host)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise multiprocessing.TimeoutError(
                         f'workers {sorted(pending)} did not answer within {timeout} s')
@@ -395,27 +554,27 @@ class WorkerPool:
             # Replies first: a worker may reply and exit at once (after failing to start).
             events.sort(key=lambda event: self._fd_owners[event[0]][1])
             for fd, _ in events:
-                worker, is_sentinel = self._fd_owners[fd]
-                if worker not in pending:
+                host, is_sentinel = self._fd_owners[fd]
+                if host not in pending:
                     # It exited or closed its pipe after replying: fail when next used.
                     self._poller.unregister(fd)
-                    self._exited.add(worker)
+                    self._exited.add(host)
                     continue
-                connection = self.connections[worker]
-                if is_sentinel and not connection.poll(0):
-                    self._died(worker)
+                reply_conn = self._reply_conns[host]
+                if is_sentinel and not reply_conn.poll(0):
+                    self._died(host)
                 try:
-                    replies[worker] = connection.recv_bytes()
+                    replies[host] = _read_reply(reply_conn.fileno())
                 except (EOFError, OSError):
-                    self._died(worker)
-                pending.discard(worker)
+                    self._died(host)
+                pending.discard(host)
         self._replies = {}
         return replies
 
-    def _died(self, worker):
-        """Closes the pool and raises WorkerDiedError about `worker`."""
-        description = self.describe(worker)
-        process = self.processes[worker]
+    def _died(self, host):
+        """Closes the pool and raises WorkerDiedError about the worker of `host`."""
+        description = self.describe(host)
+        process = self._processes[host]
         process.join(_LIVENESS_PERIOD)
         exitcode = process.exitcode
         self.close(terminate=True)

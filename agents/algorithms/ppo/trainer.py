@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from agents.algorithms.ppo import ppo, simulated_agent
+from agents.algorithms.ppo import policy_export, ppo, simulated_agent
 from agents.scripts import run_config
 from agents.tools import batch_env, in_graph_batch_env, simulate
 from agents.tools import wrappers as wrappers_lib
@@ -279,6 +279,15 @@ class TrainingRun:
     def _evaluate_and_save(self, steps, steps_per_sec):
         returns, lengths = self._evaluate()
         self._manager.save(checkpoint_number=steps)
+        # The policy of each kept checkpoint, as a SavedModel in <logdir>/policy/<step>/.
+        if getattr(self, '_policy_exporter', None) is None:
+            self._policy_exporter = policy_export.PolicyExporter(
+                self._agent, self._eval_env.observation_space, self._eval_env.action_space)
+        policy_dir = os.path.join(self._logdir, policy_export.POLICY_DIR)
+        self._policy_exporter.export(os.path.join(policy_dir, str(steps)), step=steps,
+                                     config=gin.operative_config_str())
+        policy_export.prune_exports(policy_dir, [
+            int(path.rsplit('-', 1)[-1]) for path in self._manager.checkpoints])
         record = {
             'step': steps,
             'mean_return': float(np.mean(returns)),

@@ -1,0 +1,304 @@
+"""The PPO policy as a self-contained SavedModel: serve it with TensorFlow alone.
+
+An exported policy holds the policy network and the observation normalizer (raw environment
+observations go in) and two signatures:
+
+  deterministic_action(observ [B, *observ_shape] float32) -> {'action'}: the distribution's mode,
+    what evaluation uses;
+  sampled_action(observ) -> {'action'}: a sample, drawn with a random generator stored in the
+    model (its state advances with every call).
+
+Recurrent policies take and return their state: both signatures are then
+`(observ, state [B, *state_shape], reset [B] bool) -> {'action', 'state'}`, where `reset` zeroes
+the state of episodes that start at this step, and `initial_state(batch_size)` -> {'state'}
+gives the state of new episodes. Actions live in the action space of the *wrapped* environment
+the policy was trained in: with the default wrappers, rescaled to [-1, 1] and not yet clipped
+(the ClipAction wrapper does that; clip them to [-1, 1] when driving the environment without it).
+
+The trainer exports the policy of each checkpoint it keeps to `<logdir>/policy/<step>/` and
+deletes the exports of the checkpoints it deletes (`train.checkpoints_to_keep`).
+
+`metadata` (a string variable) is JSON: the spaces, whether the policy is recurrent, the
+environment step it was exported at and the run's operative gin configuration, from which
+`restore.environment_from_config` rebuilds the wrapped environment.
+
+    policy = tf.saved_model.load('logs/run/policy/100352')
+    action = policy.signatures['deterministic_action'](observ=observ)['action']
+"""
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+
+import gin
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+POLICY_DIR = 'policy'
+FORMAT = 'batchppo-policy/1'
+SIGNATURES = ('deterministic_action', 'sampled_action')
+
+
+class PolicyLoadError(Exception):
+    """A directory that holds no exported policy, or one of an unknown format."""
+
+
+def space_to_dict(space):
+    """A JSON-ready description of a Box or Discrete space (bounds may be +-inf)."""
+    if isinstance(space, gym.spaces.Box):
+        return {'type': 'Box', 'shape': list(space.shape), 'dtype': str(space.dtype),
+                'low': space.low.tolist(), 'high': space.high.tolist()}
+    if isinstance(space, gym.spaces.Discrete):
+        return {'type': 'Discrete', 'n': int(space.n), 'start': int(space.start)}
+    raise ValueError(f'cannot export a policy for the space {space}: only Box and Discrete')
+
+
+def space_from_dict(description):
+    """The space that `space_to_dict` described."""
+    if description['type'] == 'Box':
+        dtype = np.dtype(description['dtype'])
+        return gym.spaces.Box(np.array(description['low'], dtype),
+                              np.array(description['high'], dtype),
+                              tuple(description['shape']), dtype)
+    if description['type'] == 'Discrete':
+        return gym.spaces.Discrete(description['n'], start=description['start'])
+    raise ValueError(f'unknown space description {description!r}')
+
+
+class _ExportedPolicy(tf.Module):
+    """What the SavedModel holds: the acting half of the agent and its signatures."""
+
+    def __init__(self, agent, metadata, seed, jit_compile):
+        super().__init__(name='exported_policy')
+        self.policy = agent.policy
+        self.observ_normalizer = agent.observ_normalizer
+        self.random = tf.random.Generator.from_seed(seed)
+        self.metadata = tf.Variable(json.dumps(metadata), trainable=False, name='metadata')
+        # The agent's own normalization (it applies the normalizer only if configured to).
+        normalize = agent._normalize  # pylint: disable=protected-access
+        policy = self.policy
+        observ_spec = tf.TensorSpec([None, *agent.observ_shape], tf.float32, name='observ')
+
+        def act(observ, state, reset, greedy):
+            state = policy.reset_state(state, reset)
+            params, new_state = policy.step(normalize(observ), state)
+            distribution = policy.distribution(params)
+            if greedy:
+                action = distribution.mode()
+            else:
+                action = distribution.sample(
+                    seed=tf.cast(self.random.make_seeds(1)[:, 0], tf.int32))
+            return action, new_state
+
+        if policy.recurrent:
+            state_shape = policy.initial_state(1).shape[1:]
+            specs = [observ_spec, tf.TensorSpec([None, *state_shape], tf.float32, name='state'),
+                     tf.TensorSpec([None], tf.bool, name='reset')]
+
+            def deterministic_action(observ, state, reset):
+                action, new_state = act(observ, state, reset, greedy=True)
+                return {'action': action, 'state': new_state}
+
+            def sampled_action(observ, state, reset):
+                action, new_state = act(observ, state, reset, greedy=False)
+                return {'action': action, 'state': new_state}
+
+            def initial_state(batch_size):
+                return {'state': policy.initial_state(batch_size)}
+
+            self.initial_state = tf.function(
+                initial_state, input_signature=[tf.TensorSpec([], tf.int32, name='batch_size')])
+        else:
+            specs = [observ_spec]
+            no_reset = tf.zeros([0], tf.bool)
+
+            def deterministic_action(observ):
+                return {'action': act(observ, (), no_reset, greedy=True)[0]}
+
+            def sampled_action(observ):
+                return {'action': act(observ, (), no_reset, greedy=False)[0]}
+
+        self.deterministic_action = tf.function(
+            deterministic_action, input_signature=specs, jit_compile=jit_compile)
+        self.sampled_action = tf.function(
+            sampled_action, input_signature=specs, jit_compile=jit_compile)
+
+    def signatures(self):
+        functions = {name: getattr(self, name) for name in SIGNATURES}
+        if self.policy.recurrent:
+            functions['initial_state'] = self.initial_state
+        return {name: function.get_concrete_function() for name, function in functions.items()}
+
+
+@gin.configurable
+class PolicyExporter:
+    """Exports one agent's policy again and again (e.g. at every evaluation), tracing once."""
+
+    def __init__(self, agent, observation_space, action_space, seed=0, jit_compile=True):
+        """Prepares the export of `agent` acting in these (wrapped environment) spaces.
+
+        Args:
+          agent: the PPO agent.
+          observation_space, action_space: the spaces of the wrapped environment it acts in.
+          seed: seeds the generator of the `sampled_action` signature.
+          jit_compile: compile the signatures with XLA, as PPO compiles `act` by default: the
+            exported policy then computes the very same actions as the live one (without XLA
+            they differ in the last bits). Loading needs no XLA setup; False suits runtimes
+            without XLA.
+        """
+        if tuple(observation_space.shape) != tuple(agent.observ_shape):
+            raise ValueError(f'observation space {observation_space} does not match the agent\'s '
+                             f'observation shape {agent.observ_shape}')
+        state = agent.policy.initial_state(1)
+        if agent.policy.recurrent and not isinstance(state, tf.Tensor):
+            raise ValueError('only recurrent policies whose state is one tensor can be exported')
+        self._metadata = {
+            'format': FORMAT,
+            'observation_space': space_to_dict(observation_space),
+            'action_space': space_to_dict(action_space),
+            'recurrent': bool(agent.policy.recurrent),
+            'state_shape': list(state.shape[1:]) if agent.policy.recurrent else None,
+        }
+        self._module = _ExportedPolicy(agent, dict(self._metadata), seed, jit_compile)
+        self._signatures = self._module.signatures()
+
+    def export(self, directory, step=None, config=None):
+        """Writes the SavedModel to `directory`, replacing what is there; returns `directory`.
+
+        The model is written next to `directory` and renamed into place, so `directory` holds a
+        complete policy (the old or the new one) at any time except for the instant between
+        two renames when an old one is replaced.
+
+        Args:
+          directory: the SavedModel directory to create, e.g. `<logdir>/policy/<step>`.
+          step: the environment step the policy was trained to, recorded in the metadata.
+          config: the run's operative gin configuration, recorded in the metadata.
+        """
+        directory = os.path.abspath(directory)
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise FileExistsError(f'cannot export the policy to {directory}: it is a file')
+        if (os.path.isdir(directory) and os.listdir(directory) and
+                not os.path.isfile(os.path.join(directory, 'saved_model.pb'))):
+            raise FileExistsError(f'cannot export the policy to {directory}: it holds other files '
+                                  '(only an empty directory or an earlier export is replaced)')
+        parent = os.path.dirname(directory)
+        os.makedirs(parent, exist_ok=True)
+        metadata = dict(self._metadata, step=None if step is None else int(step), config=config)
+        self._module.metadata.assign(json.dumps(metadata))
+        temporary = tempfile.mkdtemp(prefix=f'.{os.path.basename(directory)}.partial-',
+                                     dir=parent)
+        try:
+            with _quiet_tensorflow_logs():
+                tf.saved_model.save(self._module, temporary, signatures=self._signatures)
+            _replace_directory(temporary, directory)
+        finally:
+            if os.path.exists(temporary):
+                shutil.rmtree(temporary)
+        return directory
+
+
+def export_policy(agent, directory, observation_space, action_space, step=None, config=None,
+                  **exporter_kwargs):
+    """Exports `agent`'s policy as a SavedModel to `directory` (see `PolicyExporter`)."""
+    exporter = PolicyExporter(agent, observation_space, action_space, **exporter_kwargs)
+    return exporter.export(directory, step=step, config=config)
+
+
+@contextlib.contextmanager
+def _quiet_tensorflow_logs():
+    """Hides the INFO lines of saving (paths of assets, fingerprints) from training logs."""
+    logger = logging.getLogger('tensorflow')
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _replace_directory(source, destination):
+    if not os.path.exists(destination):
+        os.rename(source, destination)
+        return
+    aside = tempfile.mkdtemp(prefix=f'.{os.path.basename(destination)}.old-',
+                             dir=os.path.dirname(destination))
+    os.rmdir(aside)
+    os.rename(destination, aside)
+    try:
+        os.rename(source, destination)
+    except OSError:
+        os.rename(aside, destination)
+        raise
+    shutil.rmtree(aside)
+
+
+def exported_steps(policy_dir):
+    """Steps of the policies exported under `policy_dir` (named by step), ascending."""
+    if not os.path.isdir(policy_dir):
+        return []
+    return sorted(int(name) for name in os.listdir(policy_dir)
+                  if re.fullmatch(r'\d+', name) and os.path.isdir(os.path.join(policy_dir, name)))
+
+
+def prune_exports(policy_dir, keep_steps):
+    """Deletes the policies under `policy_dir` whose step is not in `keep_steps`.
+
+    The trainer keeps the policies of the checkpoints it keeps, so both stay bounded alike.
+    Only directories named by a step number are touched.
+    """
+    keep = {int(step) for step in keep_steps}
+    for step in exported_steps(policy_dir):
+        if step not in keep:
+            shutil.rmtree(os.path.join(policy_dir, str(step)))
+
+
+class SavedPolicy:
+    """An exported policy, loaded with TensorFlow alone, acting on numpy arrays.
+
+    Follows the policy interface of `agents.tools.evaluation`: deterministic by default,
+    sampling with `greedy=False`.
+
+    Attributes:
+      observation_space, action_space: the spaces of the wrapped environment it acts in.
+      recurrent: whether it carries a state between steps.
+      step: the environment step it was exported at (None if unknown).
+      config: the operative gin configuration of its training run (None if unknown).
+    """
+
+    def __init__(self, directory, greedy=True):
+        if not os.path.isfile(os.path.join(directory, 'saved_model.pb')):
+            raise PolicyLoadError(f'{directory} holds no exported policy (no saved_model.pb)')
+        try:
+            self._model = tf.saved_model.load(directory)
+            metadata = json.loads(self._model.metadata.numpy().decode('utf-8'))
+        except (AttributeError, ValueError, tf.errors.OpError) as error:
+            raise PolicyLoadError(f'{directory} holds a SavedModel that is not an exported '
+                                  f'policy: {error}') from error
+        if metadata.get('format') != FORMAT:
+            raise PolicyLoadError(f'{directory} holds a policy of format '
+                                  f'{metadata.get("format")!r}, expected {FORMAT!r}')
+        self.directory = directory
+        self.metadata = metadata
+        self.observation_space = space_from_dict(metadata['observation_space'])
+        self.action_space = space_from_dict(metadata['action_space'])
+        self.recurrent = metadata['recurrent']
+        self.step = metadata.get('step')
+        self.config = metadata.get('config')
+        self._act = self._model.deterministic_action if greedy else self._model.sampled_action
+
+    def initial_state(self, batch_size):
+        if not self.recurrent:
+            return ()
+        return self._model.initial_state(tf.constant(batch_size, tf.int32))['state'].numpy()
+
+    def __call__(self, observ, state, reset):
+        observ = tf.constant(observ, tf.float32)
+        if not self.recurrent:
+            return self._act(observ)['action'].numpy(), state
+        outputs = self._act(observ, tf.constant(state, tf.float32), tf.constant(reset, tf.bool))
+        return outputs['action'].numpy(), outputs['state'].numpy()

@@ -1,0 +1,287 @@
+"""Tests for policy export: the SavedModel acts like the live agent, with TensorFlow alone."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from unittest import mock
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from agents.algorithms.ppo import networks, policy_export, ppo
+
+OBSERV_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+BOX_ACTIONS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+DISCRETE_ACTIONS = gym.spaces.Discrete(4)
+
+# Loads policies and prints their actions, in a process that can import nothing of the project.
+FRESH_PROCESS_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    outputs = {}
+    for name, directory in json.loads(sys.argv[1]).items():
+        data = np.load(directory + '.inputs.npz')
+        policy = tf.saved_model.load(directory)
+        signature = policy.signatures['deterministic_action']
+        if 'state' in data:
+            state, actions = data['state'], []
+            for observ, reset in zip(data['observ'], data['reset'], strict=True):
+                result = signature(observ=tf.constant(observ), state=tf.constant(state),
+                                   reset=tf.constant(reset))
+                state = result['state'].numpy()
+                actions.append(result['action'].numpy())
+            outputs[name] = np.stack(actions).tolist()
+        else:
+            outputs[name] = signature(observ=tf.constant(data['observ']))['action'].numpy().tolist()
+    project = ('agents', 'gin', 'gymnasium', 'tensorflow_probability')
+    loaded = sorted(name for name in sys.modules if name.split('.')[0] in project)
+    print(json.dumps({'outputs': outputs, 'loaded': loaded}))
+''')
+
+
+def make_agent(action_size, policy_network, seed=0):
+    """An agent whose policy outputs vary on the unit scale and whose normalizer has statistics.
+
+    A fresh policy's actions are near zero (output gain 0.01), which would make any comparison
+    of actions weak; scaled-up output weights and non-trivial normalizer statistics make every
+    part of the exported computation matter.
+    """
+    agent = ppo.PPO(observ_shape=(3,), action_size=action_size, num_envs=2,
+                    policy_network=policy_network, jit_compile=True, seed=seed)
+    for variable in agent.policy.trainable_variables:
+        if variable.shape.rank == 2 and variable.shape[-1] == action_size:
+            variable.assign(variable * 150.0)
+    rng = np.random.default_rng(seed)
+    agent.observ_normalizer.update(rng.normal([1.0, -2.0, 5.0], [0.5, 3.0, 10.0], (500, 3)))
+    return agent
+
+
+def observations(count, seed=1):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(count, 3)) * [0.5, 3.0, 10.0] + [1.0, -2.0, 5.0]).astype(np.float32)
+
+
+def live_actions(agent, observ, greedy=True):
+    action, _, _ = agent.act(tf.constant(observ), agent.initial_state(len(observ)),
+                             tf.ones([len(observ)], tf.bool), greedy=greedy)
+    return action.numpy()
+
+
+def recurrent_inputs(num_steps=12, batch=5, seed=2):
+    rng = np.random.default_rng(seed)
+    observ = np.stack([observations(batch, seed + step) for step in range(num_steps)])
+    reset = rng.uniform(size=(num_steps, batch)) < 0.25
+    reset[0] = True
+    return observ, reset
+
+
+def live_recurrent_actions(agent, observ, reset):
+    state, actions = agent.initial_state(observ.shape[1]), []
+    for step_observ, step_reset in zip(observ, reset, strict=True):
+        action, _, state = agent.act(tf.constant(step_observ), state, tf.constant(step_reset),
+                                     greedy=True)
+        actions.append(action.numpy())
+    return np.stack(actions)
+
+
+class PolicyExportTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.directory = self.create_tempdir().full_path
+
+    def export(self, agent, name, action_space, **kwargs):
+        path = os.path.join(self.directory, name)
+        return policy_export.export_policy(agent, path, OBSERV_SPACE, action_space, **kwargs)
+
+    def test_fresh_process_with_only_tensorflow_reproduces_the_live_policy(self):
+        gaussian = make_agent(2, networks.FeedForwardGaussianPolicy)
+        categorical = make_agent(4, networks.FeedForwardCategoricalPolicy)
+        recurrent = make_agent(2, networks.RecurrentGaussianPolicy)
+        observ = observations(100)
+        sequence, reset = recurrent_inputs()
+        expected = {
+            'gaussian': live_actions(gaussian, observ),
+            'categorical': live_actions(categorical, observ),
+            'recurrent': live_recurrent_actions(recurrent, sequence, reset),
+        }
+        # The actions vary (the comparison means something), categorical ones over all actions.
+        self.assertGreater(expected['gaussian'].std(), 0.3)
+        self.assertLen(set(expected['categorical'].tolist()), 4)
+        directories = {}
+        for name, agent, space in (('gaussian', gaussian, BOX_ACTIONS),
+                                   ('categorical', categorical, DISCRETE_ACTIONS),
+                                   ('recurrent', recurrent, BOX_ACTIONS)):
+            directories[name] = self.export(agent, name, space)
+        np.savez(directories['gaussian'] + '.inputs.npz', observ=observ)
+        np.savez(directories['categorical'] + '.inputs.npz', observ=observ)
+        np.savez(directories['recurrent'] + '.inputs.npz', observ=sequence, reset=reset,
+                 state=np.zeros([sequence.shape[1], 64], np.float32))
+        script = os.path.join(self.directory, 'load_policies.py')
+        with open(script, 'w') as f:
+            f.write(FRESH_PROCESS_SCRIPT)
+        # -I: no PYTHONPATH, no user site, no script directory; the project is not importable.
+        result = subprocess.run(
+            [sys.executable, '-I', script, json.dumps(directories)], cwd=self.directory,
+            capture_output=True, text=True, timeout=300, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertEqual(report['loaded'], [])
+        for name, actions in expected.items():
+            np.testing.assert_allclose(np.array(report['outputs'][name]), actions, rtol=0,
+                                       atol=1e-6, err_msg=name)
+
+    def test_sampled_actions_follow_the_policy_distribution(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        agent.policy.log_std.assign([np.log(0.5), np.log(2.0)])
+        policy = policy_export.SavedPolicy(self.export(agent, 'gaussian', BOX_ACTIONS),
+                                           greedy=False)
+        observ = np.repeat(observations(1), 20000, axis=0)
+        samples, _ = policy(observ, (), None)
+        mode = live_actions(agent, observ[:1])[0]
+        np.testing.assert_allclose(samples.mean(0), mode, atol=4 * 2.0 / np.sqrt(20000))
+        np.testing.assert_allclose(samples.std(0), [0.5, 2.0], rtol=0.03)
+        again, _ = policy(observ[:10], (), None)
+        self.assertFalse(np.allclose(again, samples[:10]))  # The generator advances.
+
+        categorical = make_agent(4, networks.FeedForwardCategoricalPolicy)
+        policy = policy_export.SavedPolicy(
+            self.export(categorical, 'categorical', DISCRETE_ACTIONS), greedy=False)
+        samples, _ = policy(observ, (), None)
+        params, _ = categorical.policy.step(
+            categorical.observ_normalizer.normalize(observ[:1]), ())
+        probs = tf.nn.softmax(params['logits'][0]).numpy()
+        frequencies = np.bincount(samples, minlength=4) / len(samples)
+        np.testing.assert_allclose(frequencies, probs, atol=0.015)
+
+    def test_recurrent_policy_carries_and_resets_its_state(self):
+        agent = make_agent(2, networks.RecurrentGaussianPolicy)
+        policy = policy_export.SavedPolicy(self.export(agent, 'recurrent', BOX_ACTIONS))
+        self.assertTrue(policy.recurrent)
+        np.testing.assert_array_equal(policy.initial_state(3), np.zeros([3, 64]))
+        sequence, reset = recurrent_inputs()
+        state, actions = policy.initial_state(sequence.shape[1]), []
+        for observ, step_reset in zip(sequence, reset, strict=True):
+            action, state = policy(observ, state, step_reset)
+            actions.append(action)
+        np.testing.assert_allclose(np.stack(actions), live_recurrent_actions(
+            agent, sequence, reset), atol=1e-6)
+        # Without the resets the actions differ: the state matters and reset is applied.
+        state, unreset = policy.initial_state(sequence.shape[1]), []
+        for observ in sequence:
+            action, state = policy(observ, state, np.zeros(sequence.shape[1], bool))
+            unreset.append(action)
+        self.assertGreater(np.abs(np.stack(unreset) - np.stack(actions)).max(), 1e-3)
+
+    def test_metadata_describes_the_policy_and_its_run(self):
+        agent = make_agent(4, networks.FeedForwardCategoricalPolicy)
+        path = self.export(agent, 'policy', DISCRETE_ACTIONS, step=1234,
+                           config="train.env_id = 'CartPole-v1'\n")
+        policy = policy_export.SavedPolicy(path)
+        self.assertEqual(policy.step, 1234)
+        self.assertEqual(policy.config, "train.env_id = 'CartPole-v1'\n")
+        self.assertFalse(policy.recurrent)
+        self.assertEqual(policy.action_space, DISCRETE_ACTIONS)
+        self.assertEqual(policy.observation_space, OBSERV_SPACE)
+        loaded = tf.saved_model.load(path)
+        self.assertEqual(set(loaded.signatures), set(policy_export.SIGNATURES))
+
+    def test_space_descriptions_round_trip(self):
+        for space in (gym.spaces.Box(np.float32([-1.0, -np.inf]), np.float32([2.0, np.inf])),
+                      gym.spaces.Box(-1, 1, (2, 3), np.float32),
+                      gym.spaces.Discrete(3, start=1)):
+            description = json.loads(json.dumps(policy_export.space_to_dict(space)))
+            self.assertEqual(policy_export.space_from_dict(description), space)
+        with self.assertRaisesRegex(ValueError, 'only Box and Discrete'):
+            policy_export.space_to_dict(gym.spaces.MultiBinary(3))
+
+    def test_exporter_exports_current_weights_and_replaces_earlier_exports(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        exporter = policy_export.PolicyExporter(agent, OBSERV_SPACE, BOX_ACTIONS)
+        path = os.path.join(self.directory, 'policy', '100')
+        observ = observations(10)
+        exporter.export(path, step=100)
+        before = policy_export.SavedPolicy(path)(observ, (), None)[0]
+        agent.policy.mean.bias.assign([3.0, -3.0])
+        agent.observ_normalizer.update(observations(50, seed=7) * 4)
+        exporter.export(path, step=100)
+        after = policy_export.SavedPolicy(path)
+        np.testing.assert_allclose(after(observ, (), None)[0], live_actions(agent, observ),
+                                   atol=1e-6)
+        self.assertGreater(np.abs(after(observ, (), None)[0] - before).min(), 1.0)
+        self.assertEqual(os.listdir(os.path.dirname(path)), ['100'])  # No temporary left.
+
+    def test_refuses_to_replace_files_that_are_no_export(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        blocker = self.create_tempfile('file', content='keep').full_path
+        with self.assertRaisesRegex(FileExistsError, 'it is a file'):
+            policy_export.export_policy(agent, blocker, OBSERV_SPACE, BOX_ACTIONS)
+        foreign = self.create_tempdir('foreign')
+        foreign.create_file('notes.txt', content='keep')
+        with self.assertRaisesRegex(FileExistsError, 'holds other files'):
+            policy_export.export_policy(agent, foreign.full_path, OBSERV_SPACE, BOX_ACTIONS)
+        self.assertEqual(os.listdir(foreign.full_path), ['notes.txt'])
+        with open(blocker) as f:
+            self.assertEqual(f.read(), 'keep')
+
+    def test_failed_export_leaves_the_earlier_one_and_no_temporary(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        parent = os.path.join(self.directory, 'policy')
+        path = self.export(agent, os.path.join('policy', '5'), BOX_ACTIONS, step=5)
+        with mock.patch.object(tf.saved_model, 'save', side_effect=OSError('disk full')):
+            with self.assertRaisesRegex(OSError, 'disk full'):
+                policy_export.export_policy(agent, path, OBSERV_SPACE, BOX_ACTIONS, step=6)
+            with self.assertRaisesRegex(OSError, 'disk full'):
+                policy_export.export_policy(agent, os.path.join(parent, '7'), OBSERV_SPACE,
+                                            BOX_ACTIONS, step=7)
+        self.assertEqual(os.listdir(parent), ['5'])
+        self.assertEqual(policy_export.SavedPolicy(path).step, 5)
+
+    def test_prune_keeps_the_given_steps_and_other_files(self):
+        parent = self.create_tempdir('policy')
+        for name in ('100', '200', '300', 'notes'):
+            parent.mkdir(name)
+        parent.create_file('400')  # A file named like a step is not an export.
+        self.assertEqual(policy_export.exported_steps(parent.full_path), [100, 200, 300])
+        policy_export.prune_exports(parent.full_path, [200, 300, 500])
+        self.assertEqual(sorted(os.listdir(parent.full_path)), ['200', '300', '400', 'notes'])
+        self.assertEqual(policy_export.exported_steps(os.path.join(self.directory, 'no')), [])
+
+    def test_loading_something_else_is_a_clear_error(self):
+        with self.assertRaisesRegex(policy_export.PolicyLoadError, 'no saved_model.pb'):
+            policy_export.SavedPolicy(self.directory)
+        module = tf.Module()
+        module.value = tf.Variable(1.0)
+        other = os.path.join(self.directory, 'other')
+        tf.saved_model.save(module, other)
+        with self.assertRaisesRegex(policy_export.PolicyLoadError, 'not an exported policy'):
+            policy_export.SavedPolicy(other)
+
+    def test_export_without_xla_acts_alike(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+
+        def compiled_with_xla(path):
+            signature = tf.saved_model.load(path).signatures['deterministic_action']
+            return any(function.attr['_XlaMustCompile'].b
+                       for function in signature.graph.as_graph_def().library.function)
+
+        self.assertTrue(compiled_with_xla(self.export(agent, 'xla', BOX_ACTIONS)))
+        path = self.export(agent, 'plain', BOX_ACTIONS, jit_compile=False)
+        self.assertFalse(compiled_with_xla(path))
+        observ = observations(100)
+        np.testing.assert_allclose(policy_export.SavedPolicy(path)(observ, (), None)[0],
+                                   live_actions(agent, observ), atol=1e-5)
+
+    def test_observation_space_must_fit_the_agent(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        with self.assertRaisesRegex(ValueError, 'does not match the agent'):
+            policy_export.PolicyExporter(agent, gym.spaces.Box(-1, 1, (4,)), BOX_ACTIONS)
+
+
+if __name__ == '__main__':
+    absltest.main()

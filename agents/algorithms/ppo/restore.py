@@ -1,0 +1,268 @@
+"""A trained agent back from a training run's logdir: its configuration, environment, weights.
+
+A run's `operative_config.gin` (what the trainer actually used, defaults included) rebuilds the
+wrapped environment the policy acted in and the agent's networks; a checkpoint of the run then
+fills in the weights and observation statistics. Everything the user can get wrong (no such
+run, no checkpoint, a checkpoint of another configuration) becomes a `ConfigError` that names
+it.
+
+Parsing a configuration replaces the process's gin configuration: this is for the tools that
+work on a finished run, not for use inside training.
+"""
+
+import dataclasses
+import inspect
+import os
+import re
+import tempfile
+from typing import Any
+
+import gin
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from agents.algorithms.ppo import trainer
+from agents.scripts import run_config
+
+ConfigError = run_config.ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """The environment of a run as training saw it: id, `gymnasium.make` kwargs, wrappers."""
+    env_id: str
+    env_kwargs: Any
+    wrappers: Any
+
+    def factory(self, env_id=None, extra_wrappers=(), **make_kwargs):
+        """A picklable function making the wrapped environment (see `make`).
+
+        `extra_wrappers` wrap it outermost, after the run's wrappers.
+        """
+        if env_id is None or env_id == self.env_id:
+            env_id, env_kwargs = self.env_id, self.env_kwargs
+        else:
+            env_kwargs = None  # Keyword arguments of one environment rarely fit another.
+        return trainer.env_factory(env_id, env_kwargs, (*self.wrappers, *extra_wrappers),
+                                   **make_kwargs)
+
+    def make(self, env_id=None, **make_kwargs):
+        """One wrapped environment; another `env_id` gets the same wrappers but no env_kwargs.
+
+        `make_kwargs` (e.g. render_mode='rgb_array') go to `gymnasium.make`.
+        """
+        try:
+            return self.factory(env_id, **make_kwargs)()
+        except Exception as error:  # The environment's own errors: bad id, kwargs, wrappers...
+            raise ConfigError(f'cannot make environment {env_id or self.env_id!r}: '
+                              f'{_first_line(error)}') from error
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredRun:
+    """An agent restored from a checkpoint of a run, with the environment it was trained in."""
+    agent: Any
+    environment: Environment
+    observation_space: Any
+    action_space: Any
+    checkpoint: str
+    step: int
+    config: str
+
+
+def read_config(logdir):
+    """The run's operative configuration (or its full one, if it never got to write the other)."""
+    if not os.path.isdir(logdir):
+        raise ConfigError(f'logdir {logdir} does not exist or is not a directory')
+    for name in (run_config.OPERATIVE_CONFIG_FILE, run_config.CONFIG_FILE):
+        path = os.path.join(logdir, name)
+        if os.path.isfile(path):
+            with open(path, encoding='utf-8') as f:
+                return f.read()
+    raise ConfigError(f'logdir {logdir} holds no {run_config.OPERATIVE_CONFIG_FILE} or '
+                      f'{run_config.CONFIG_FILE}: not a training run')
+
+
+def find_checkpoint(logdir, checkpoint=None):
+    """The checkpoint path: the latest of the run, or `checkpoint`.
+
+    `checkpoint` is a step number of the run (`12800` for `checkpoints/ckpt-12800`) or a path
+    to any checkpoint (its prefix, without `.index`; relative to where the user ran the tool).
+    """
+    directory = os.path.join(logdir, trainer.CHECKPOINT_DIR)
+    if checkpoint is None:
+        path = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+        if path is None:
+            raise ConfigError(f'logdir {logdir} holds no checkpoint yet (nothing in {directory})')
+        return path
+    checkpoint = str(checkpoint)
+    path = (os.path.join(directory, f'ckpt-{checkpoint}') if re.fullmatch(r'\d+', checkpoint)
+            else run_config.resolve_path(checkpoint))
+    if not os.path.isfile(f'{path}.index'):
+        raise ConfigError(f'checkpoint {checkpoint} not found (no {path}.index)')
+    return path
+
+
+def environment_from_config(config):
+    """Parses a run's gin configuration and returns its `Environment`.
+
+    The parsed configuration stays in place, so the agent built next gets its networks.
+    """
+    gin.clear_config()
+    try:
+        gin.parse_config(config, skip_unknown=True)
+    except Exception as error:  # Gin raises many types; all mean an unusable configuration.
+        raise ConfigError(f'cannot parse the run\'s gin configuration: {error}') from error
+    defaults = inspect.signature(trainer.training_run).parameters
+    values = {}
+    for name in ('env_id', 'env_kwargs', 'wrappers'):
+        try:
+            values[name] = _resolve_references(gin.query_parameter(f'train.{name}'))
+        except ValueError:
+            values[name] = defaults[name].default
+    if not isinstance(values['env_id'], str):
+        raise ConfigError('the run\'s configuration does not name its environment '
+                          '(no train.env_id binding)')
+    return Environment(**values)
+
+
+def _resolve_references(value):
+    """Gin references (`@name`, `@name()`, macros) in a queried value, as gin would pass them."""
+    if isinstance(value, gin.config.ConfigurableReference):
+        function = value.scoped_configurable_fn
+        return function() if value.evaluate else function
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resolve_references(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _resolve_references(item) for key, item in value.items()}
+    return value
+
+
+def restore_agent(logdir, checkpoint=None):
+    """The run's agent with the weights and statistics of its latest (or the given) checkpoint.
+
+    Restores what acting needs: the policy, the value network and the observation normalizer
+    (not the optimizer nor the reward scaler, whose shape depends on the training batch).
+    """
+    config = read_config(logdir)
+    path = find_checkpoint(logdir, checkpoint)
+    environment = environment_from_config(config)
+    env = environment.make()
+    try:
+        observation_space, action_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    try:
+        agent = trainer.build_agent(observation_space, action_space, num_envs=1, seed=0)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f'cannot build the agent of logdir {logdir}: {error}') from error
+    env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+    # The trainer's checkpoint layout, with only the parts that act.
+    acting = tf.train.Checkpoint(
+        agent=tf.train.Checkpoint(policy=agent.policy, value=agent.value,
+                                  observ_normalizer=agent.observ_normalizer),
+        env_steps=env_steps)
+    mismatch = _mismatch(acting, path)
+    if mismatch:
+        raise ConfigError(f'checkpoint {path} does not fit the configuration of logdir '
+                          f'{logdir} (is it from another run?): {mismatch}')
+    # Partial on purpose: the optimizer and reward scaler stay in the checkpoint.
+    acting.read(path).expect_partial().assert_existing_objects_matched()
+    return RestoredRun(agent, environment, observation_space, action_space, path,
+                       int(env_steps.numpy()), config)
+
+
+def _mismatch(checkpoint, path):
+    """What of `checkpoint`'s variables the checkpoint at `path` lacks or shapes otherwise.
+
+    Checked before restoring: a failed restore leaves variables half-assigned and TensorFlow's
+    messages do not say which variable failed. A checkpoint stores each variable once, under the
+    first path to it (e.g. the optimizer's list of trainable variables), so variables are
+    matched by following their path through the saved object graph, as restoring does.
+    """
+    try:
+        saved = _ObjectGraph(path)
+    except (tf.errors.OpError, ValueError) as error:
+        return f'unreadable: {error}'
+    with tempfile.TemporaryDirectory() as directory:
+        expected = _ObjectGraph(checkpoint.write(os.path.join(directory, 'expected')))
+    missing, reshaped = [], []
+    for names, shape in expected.variables():
+        name = '/'.join(names)
+        saved_shape = saved.shape(names)
+        if saved_shape is None:
+            missing.append(name)
+        elif saved_shape != shape:
+            reshaped.append(f'{name} has shape {saved_shape}, expected {shape}')
+    if missing:
+        return (f'it lacks {len(missing)} variable(s) of the agent this configuration builds, '
+                f'e.g. {missing[0]} (another network or environment?)')
+    if reshaped:
+        more = f' (and {len(reshaped) - 1} more)' if len(reshaped) > 1 else ''
+        return reshaped[0] + more
+    return None
+
+
+class _ObjectGraph:
+    """The object graph of a checkpoint: variables by their path of attribute names."""
+
+    def __init__(self, path):
+        reader = tf.train.load_checkpoint(path)
+        self._graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        self._graph.ParseFromString(reader.get_tensor('_CHECKPOINTABLE_OBJECT_GRAPH'))
+        self._shapes = reader.get_variable_to_shape_map()
+
+    def _key(self, node):
+        for attribute in node.attributes:
+            if attribute.name == 'VARIABLE_VALUE':
+                return attribute.checkpoint_key
+        return None
+
+    def variables(self):
+        """(path, shape) of every variable, each under the first path found to it."""
+        found, seen, queue = [], {0}, [((), 0)]
+        for names, node_id in queue:
+            node = self._graph.nodes[node_id]
+            key = self._key(node)
+            if key is not None:
+                found.append((names, list(self._shapes[key])))
+            for child in node.children:
+                if child.node_id not in seen:
+                    seen.add(child.node_id)
+                    queue.append((names + (child.local_name,), child.node_id))
+        return sorted(found)
+
+    def shape(self, names):
+        """The shape of the variable at this path, or None if there is none."""
+        node = self._graph.nodes[0]
+        for name in names:
+            child = next((child for child in node.children if child.local_name == name), None)
+            if child is None:
+                return None
+            node = self._graph.nodes[child.node_id]
+        key = self._key(node)
+        return None if key is None else list(self._shapes[key])
+
+
+def _first_line(error):
+    """The message of an error without the context lines gin appends to it."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+class AgentPolicy:
+    """A live agent as a policy of `agents.tools.evaluation` (deterministic by default)."""
+
+    def __init__(self, agent, greedy=True):
+        self._agent = agent
+        self._greedy = bool(greedy)
+
+    def initial_state(self, batch_size):
+        return self._agent.initial_state(batch_size)
+
+    def __call__(self, observ, state, reset):
+        action, _, state = self._agent.act(
+            tf.constant(np.asarray(observ, np.float32)), state, tf.constant(reset, tf.bool),
+            greedy=self._greedy)
+        return action.numpy(), state

@@ -1,0 +1,64 @@
+r"""Exports a run's policy as a SavedModel: `bazel run //agents:export -- --logdir=...`.
+
+The trainer already exports the policy of every kept checkpoint to <logdir>/policy/<step>/;
+this does the same on demand, for the latest or any checkpoint (--checkpoint), into
+<logdir>/policy/<step>/ or --outdir. See agents/algorithms/ppo/policy_export.py for what the
+SavedModel holds; it loads with `tf.saved_model.load` alone.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+from agents.algorithms.ppo import policy_export, restore
+from agents.scripts import run_config
+
+flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
+flags.DEFINE_string('checkpoint', None, 'Checkpoint to export: a step number of the run or a '
+                    'checkpoint path; default the latest.')
+flags.DEFINE_string('outdir', None, 'SavedModel directory to write; default '
+                    '<logdir>/policy/<step>. An earlier export there is replaced.')
+
+FLAGS = flags.FLAGS
+
+
+def check_outdir(outdir):
+    """Fails unless `outdir` is free, an empty directory or an earlier export."""
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise run_config.ConfigError(f'outdir {outdir} exists and is not a directory')
+    if (os.path.isdir(outdir) and os.listdir(outdir) and
+            not os.path.isfile(os.path.join(outdir, 'saved_model.pb'))):
+        raise run_config.ConfigError(f'outdir {outdir} holds other files than an exported '
+                                     'policy; choose another --outdir')
+    parent = os.path.dirname(outdir)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise run_config.ConfigError(f'cannot write to outdir {outdir}: {parent} is not a '
+                                     'writable directory')
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    try:
+        if not FLAGS.logdir:
+            raise run_config.ConfigError('--logdir is required')
+        logdir = run_config.resolve_path(FLAGS.logdir)
+        outdir = run_config.resolve_path(FLAGS.outdir) if FLAGS.outdir else None
+        if outdir:
+            check_outdir(outdir)
+        run = restore.restore_agent(logdir, FLAGS.checkpoint)
+        outdir = outdir or os.path.join(logdir, policy_export.POLICY_DIR, str(run.step))
+        check_outdir(outdir)
+    except run_config.ConfigError as error:
+        sys.exit(f'export: error: {error}')
+    exporter = policy_export.PolicyExporter(run.agent, run.observation_space, run.action_space)
+    exporter.export(outdir, step=run.step, config=run.config)
+    logging.info('Exported the policy of %s (step %d) to %s.', run.checkpoint, run.step, outdir)
+    print(outdir)
+
+
+if __name__ == '__main__':
+    app.run(main)

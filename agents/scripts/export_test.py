@@ -1,0 +1,94 @@
+"""Tests of the export binary: SavedModels of any checkpoint on demand, bad input."""
+
+import os
+import tempfile
+
+import numpy as np
+from absl.testing import absltest, flagsaver
+
+from agents.algorithms.ppo import policy_export
+from agents.scripts import export, testing_utils
+
+
+def observations(count):
+    return np.random.default_rng(0).uniform(-1, 1, (count, 3)).astype(np.float32)
+
+
+class ExportTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.logdir = testing_utils.train_tiny_run(
+            os.path.join(tempfile.mkdtemp(dir=absltest.TEST_TMPDIR.value), 'run'))
+
+    def test_exports_a_checkpoint_like_the_trainer_did(self):
+        outdir = os.path.join(self.create_tempdir().full_path, 'exported')
+        result = testing_utils.run_script('export', f'--logdir={self.logdir}',
+                                          '--checkpoint=256', f'--outdir={outdir}')
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertEqual(result.stdout.strip(), outdir)
+        exported = policy_export.SavedPolicy(outdir)
+        by_trainer = policy_export.SavedPolicy(os.path.join(self.logdir, 'policy', '256'))
+        self.assertEqual(exported.step, 256)
+        self.assertEqual(exported.metadata['observation_space'],
+                         by_trainer.metadata['observation_space'])
+        self.assertIn("train.env_id = 'Pendulum-v1'", exported.config)
+        observ = observations(100)
+        np.testing.assert_allclose(exported(observ, (), None)[0], by_trainer(observ, (), None)[0],
+                                   atol=1e-6)
+
+    def test_default_outdir_replaces_the_export_of_the_latest_checkpoint(self):
+        target = os.path.join(self.logdir, 'policy', '512')
+        before = policy_export.SavedPolicy(target)(observations(10), (), None)[0]
+        inode = os.stat(target).st_ino
+        with flagsaver.flagsaver(logdir=self.logdir):
+            export.main(['export'])
+        self.assertNotEqual(os.stat(target).st_ino, inode)  # A new directory took its place.
+        self.assertEqual(sorted(os.listdir(os.path.join(self.logdir, 'policy'))),
+                         ['256', '512'])
+        after = policy_export.SavedPolicy(target)
+        self.assertEqual(after.step, 512)
+        np.testing.assert_allclose(after(observations(10), (), None)[0], before, atol=1e-6)
+
+    def assert_fails(self, message, **flags):
+        with flagsaver.flagsaver(**flags):
+            with self.assertRaises(SystemExit) as raised:
+                export.main(['export'])
+        self.assertIn('export: error: ', str(raised.exception.code))
+        self.assertRegex(str(raised.exception.code), message)
+
+    def test_bad_input_fails_clearly_and_writes_nothing(self):
+        directory = self.create_tempdir()
+        outdir = os.path.join(directory.full_path, 'out')
+        blocker = directory.create_file('file', content='keep')
+        foreign = directory.mkdir('foreign')
+        foreign.create_file('notes.txt', content='keep')
+        fresh = directory.mkdir('fresh')
+        fresh.create_file('config.gin', content="train.env_id = 'Pendulum-v1'\n")
+        before = testing_utils.snapshot(directory.full_path)
+        self.assert_fails('--logdir is required', outdir=outdir)
+        self.assert_fails('holds no checkpoint yet', logdir=fresh.full_path, outdir=outdir)
+        self.assert_fails('not a training run', logdir=foreign.full_path, outdir=outdir)
+        self.assert_fails('checkpoint 9 not found', logdir=self.logdir, checkpoint='9',
+                          outdir=outdir)
+        self.assert_fails('exists and is not a directory', logdir=self.logdir,
+                          outdir=blocker.full_path)
+        self.assert_fails('holds other files than an exported policy', logdir=self.logdir,
+                          outdir=foreign.full_path)
+        self.assert_fails('cannot write to outdir', logdir=self.logdir,
+                          outdir=os.path.join(blocker.full_path, 'below'))
+        self.assertEqual(testing_utils.snapshot(directory.full_path), before)
+        self.assertEqual(sorted(os.listdir(directory.full_path)), ['file', 'foreign', 'fresh'])
+
+    def test_errors_exit_non_zero_from_the_command_line(self):
+        blocker = self.create_tempfile('file').full_path
+        result = testing_utils.run_script('export', f'--logdir={self.logdir}',
+                                          f'--outdir={blocker}')
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(f'export: error: outdir {blocker} exists and is not a directory',
+                      result.stderr)
+
+
+if __name__ == '__main__':
+    absltest.main()

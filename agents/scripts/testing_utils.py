@@ -1,0 +1,51 @@
+"""Helpers for the tests of the command-line tools: tiny training runs and running binaries."""
+
+import os
+import subprocess
+import sys
+
+import gin
+
+from agents.algorithms.ppo import trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Two evaluations (steps 256 and 512), so two checkpoints and two exported policies; about 10 s.
+TINY_RUN = """
+train.total_steps = 512
+train.num_envs = 4
+train.rollout_length = 64
+train.env_mode = 'in_process'
+train.eval_every_steps = 256
+train.eval_episodes = 1
+PPO.num_minibatches = 4
+"""
+
+
+def train_tiny_run(logdir, env_id='Pendulum-v1', bindings=''):
+    """Trains a tiny run into `logdir` through gin, as the train binary would."""
+    gin.clear_config()
+    try:
+        gin.parse_config(f'{TINY_RUN}\ntrain.env_id = {env_id!r}\n{bindings}')
+        trainer.train(logdir)
+    finally:
+        gin.clear_config()
+    return logdir
+
+
+def run_script(name, *args, timeout=600):
+    """Runs `python -m agents.scripts.<name> args...`; returns the CompletedProcess."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, '-m', f'agents.scripts.{name}', *args], env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def snapshot(directory):
+    """Every file under `directory` with its bytes, to show that nothing changed."""
+    files = {}
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, 'rb') as f:
+                files[os.path.relpath(path, directory)] = f.read()
+    return files

@@ -1,0 +1,138 @@
+r"""Renders episodes of a trained policy to mp4: `bazel run //agents:visualize -- --logdir=...`.
+
+Rebuilds the run's environment from its operative config, restores the latest (or the given)
+checkpoint and runs the deterministic policy, writing one H.264 video per episode and
+`episodes.jsonl` (episode, seed, return, length, video) into --outdir. Episode `i` starts from
+seed `--seed + i`, as in `//agents:evaluate`, so the returns of both tools agree. Renders
+headless in a worker process (see agents/tools/process_env.py): classic control through pygame,
+MuJoCo through EGL with fast render settings (agents/tools/rendering.py).
+"""
+
+import json
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+from agents.algorithms.ppo import restore
+from agents.scripts import run_config
+from agents.tools import evaluation, process_env, rendering, video
+
+EPISODES_FILE = 'episodes.jsonl'
+
+flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
+flags.DEFINE_string('checkpoint', None, 'Checkpoint to restore: a step number of the run or a '
+                    'checkpoint path; default the latest.')
+flags.DEFINE_string('outdir', None, 'Directory for the videos and episodes.jsonl; default '
+                    '<logdir>/videos/<step>.')
+flags.DEFINE_integer('num_episodes', 3, 'Episodes to render.')
+flags.DEFINE_integer('seed', 0, 'Episode i resets the environment with seed seed + i.')
+
+FLAGS = flags.FLAGS
+
+PROGRESS_EVERY_SECS = 2.0
+
+
+def check_outdir(outdir):
+    """Fails unless `outdir` is a directory or can become one (checked before writing)."""
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise run_config.ConfigError(f'outdir {outdir} exists and is not a directory')
+    parent = outdir
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise run_config.ConfigError(f'cannot write to outdir {outdir}: {parent} is not a '
+                                     'writable directory')
+
+
+class EpisodeRecorder:
+    """Renders a frame after every step into one video per episode, logging progress."""
+
+    def __init__(self, env, outdir, num_episodes):
+        self._env = env
+        self._outdir = outdir
+        self._num_episodes = num_episodes
+        self._fps = env.metadata.get('render_fps') or 30
+        self.writer = None
+        self._started = self._last_log = 0.0
+
+    @staticmethod
+    def video_name(index):
+        return f'episode-{index:03d}.mp4'
+
+    def __call__(self, index, step):
+        if step == 0:
+            self.writer = video.VideoWriter(
+                os.path.join(self._outdir, self.video_name(index)), fps=self._fps)
+            self._started = self._last_log = time.time()
+        self.writer.append(self._env.render())
+        if time.time() - self._last_log >= PROGRESS_EVERY_SECS:
+            self._last_log = time.time()
+            logging.info('Episode %d/%d: %d frames (%.0f frames/s)', index + 1,
+                         self._num_episodes, self.writer.num_frames, self.frames_per_sec)
+
+    @property
+    def frames_per_sec(self):
+        return self.writer.num_frames / max(time.time() - self._started, 1e-9)
+
+    def finish_episode(self):
+        frames_per_sec = self.frames_per_sec
+        self.writer.close()
+        writer, self.writer = self.writer, None
+        return writer, frames_per_sec
+
+    def abort(self):
+        if self.writer is not None:
+            self.writer.abort()
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    try:
+        if not FLAGS.logdir:
+            raise run_config.ConfigError('--logdir is required')
+        if FLAGS.num_episodes < 1:
+            raise run_config.ConfigError(
+                f'--num_episodes must be positive, got {FLAGS.num_episodes}')
+        logdir = run_config.resolve_path(FLAGS.logdir)
+        outdir = run_config.resolve_path(FLAGS.outdir) if FLAGS.outdir else None
+        if outdir:
+            check_outdir(outdir)
+        run = restore.restore_agent(logdir, FLAGS.checkpoint)
+        outdir = outdir or os.path.join(logdir, 'videos', str(run.step))
+        check_outdir(outdir)
+        # In a worker process: MuJoCo's renderer and TensorFlow cannot share one.
+        env = process_env.ProcessEnv(run.environment.factory(
+            extra_wrappers=[rendering.configure_fast_rendering], render_mode='rgb_array'))
+    except run_config.ConfigError as error:
+        sys.exit(f'visualize: error: {error}')
+    logging.info('Restored %s (step %d); rendering %d episodes of %s into %s.', run.checkpoint,
+                 run.step, FLAGS.num_episodes, run.environment.env_id, outdir)
+    os.makedirs(outdir, exist_ok=True)
+    recorder = EpisodeRecorder(env, outdir, FLAGS.num_episodes)
+    records = []
+    try:
+        for episode in evaluation.iterate_episodes(
+                env, restore.AgentPolicy(run.agent), FLAGS.num_episodes, FLAGS.seed,
+                on_step=recorder):
+            writer, frames_per_sec = recorder.finish_episode()
+            records.append({'episode': episode.index, 'seed': episode.seed,
+                            'return': episode.episode_return, 'length': episode.length,
+                            'video': os.path.basename(writer.path)})
+            logging.info('Episode %d/%d: return %.2f, %d steps, %d frames at %.0f frames/s -> %s',
+                         episode.index + 1, FLAGS.num_episodes, episode.episode_return,
+                         episode.length, writer.num_frames, frames_per_sec, writer.path)
+    except BaseException:
+        recorder.abort()
+        raise
+    finally:
+        env.close()
+    run_config.write_atomic(os.path.join(outdir, EPISODES_FILE),
+                            ''.join(json.dumps(record) + '\n' for record in records))
+    logging.info('Wrote %d videos and %s to %s.', len(records), EPISODES_FILE, outdir)
+
+
+if __name__ == '__main__':
+    app.run(main)

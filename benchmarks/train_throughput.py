@@ -1,0 +1,440 @@
+r"""Training speed of BatchPPO against Stable-Baselines3 PPO (CPU torch) with matched settings.
+
+Each run is a subprocess started alone (never two at once): BatchPPO through its CLI
+(agents/scripts/train.py) and SB3 through benchmarks/sb3_runner.py under the peers' python
+(.venv-peers, built by benchmarks/setup_peers.sh, which this binary runs first unless
+--peers_python is given). Both get the same settings table: it is read from the task's gin
+configuration, so BatchPPO runs its own config and SB3 the translation of it; a setting SB3 cannot
+express is refused. While a run goes, this process polls its metrics.jsonl (stamping each
+evaluation with the time since launch) and /proc for the whole process tree (env workers
+included): summed RSS and PSS (proportional set size: shared pages counted once) and CPU time.
+
+Reported per task and system (medians over seeds):
+  overall     env steps / wall time from launch to exit (imports, compilation and evaluations
+              included);
+  steady      env steps / training seconds after the first evaluation (no compile, no evals),
+              from the runs' own logs;
+  +evals      the same window by the wall clock (evaluations, checkpoints, logging included);
+  to <thr>    wall time from launch until an evaluation's mean return reached the threshold;
+  final       mean return of the last evaluation;
+  peak PSS / RSS of the process tree, and its CPU seconds;
+and the ratios ours / SB3.
+
+Example (about 10 minutes on 2 cores):
+
+    bazel run //benchmarks:train_throughput -- --seeds=1 --output_json=/tmp/train.json
+"""
+
+import dataclasses
+import inspect
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import gin
+from absl import app, flags
+
+from agents.algorithms.ppo import networks, ppo, trainer
+from agents.scripts import run_config
+
+flags.DEFINE_list('tasks', ['pendulum', 'cheetah'], 'Tasks to run (keys of TASKS).')
+flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3.')
+flags.DEFINE_integer('seeds', 1, 'Seeds per task and system (0, 1, ...); medians are reported.')
+flags.DEFINE_multi_string('budget', [], "Training budget override 'task=steps', e.g. "
+                          "'pendulum=50000'.")
+flags.DEFINE_multi_string('gin_bindings', [], "Gin bindings added to every task's configuration, "
+                          "e.g. \"train.env_mode = 'in_process'\"; SB3 gets the resulting "
+                          'settings too.')
+flags.DEFINE_string('output_json', None, 'Writes every run and the summary to this file.')
+flags.DEFINE_string('workdir', None, 'Where the runs log (default: a new temporary directory).')
+flags.DEFINE_string('peers_python', None, 'Python of the peers venv (default: run '
+                    'benchmarks/setup_peers.sh, which builds .venv-peers if needed).')
+flags.DEFINE_integer('sb3_torch_threads', 1, 'torch.set_num_threads for SB3 (1 measured '
+                     'fastest on 2 cores; see README.md).')
+flags.DEFINE_enum('sb3_vec_env', 'dummy', ['dummy', 'subproc'], "SB3's vector env (dummy "
+                  'measured fastest on 2 cores; see README.md).')
+flags.DEFINE_float('poll_secs', 0.25, 'Interval of polling metrics and /proc.')
+FLAGS = flags.FLAGS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAGE_KB = os.sysconf('SC_PAGE_SIZE') / 1024
+CLOCK_TICKS = os.sysconf('SC_CLK_TCK')
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A benchmark task: BatchPPO's gin configuration of it, its budget and return threshold."""
+
+    gin_files: tuple
+    gin_bindings: tuple
+    budget: int
+    threshold: float | None = None
+
+
+TASKS = {
+    'pendulum': Task(('configs/pendulum.gin',), (), 100_000, threshold=-200.0),
+    # A throughput check: CleanRL's MuJoCo PPO settings, with 8 envs x 256 steps per update.
+    'cheetah': Task(('configs/base.gin',), (
+        "train.env_id = 'HalfCheetah-v5'", 'train.num_envs = 8', 'train.rollout_length = 256',
+        'train.eval_every_steps = 25000', 'PPO.num_epochs = 10', 'PPO.num_minibatches = 32',
+        'PPO.learning_rate = 3e-4', 'PPO.discount = 0.99'), 50_000),
+}
+
+# Settings SB3 can only run as BatchPPO does at these values.
+REQUIRED = {
+    'train.wrappers': ('range_normalize', 'ClipAction'),
+    'PPO.objective': 'clipped',
+    'PPO.policy_network': 'FeedForwardGaussianPolicy',
+    'PPO.value_network': 'FeedForwardValue',
+    'PPO.chunk_length': None,
+    'PPO.early_stop_kl': None,
+}
+
+
+def _parameter(name, function):
+    """The value gin binds to `name` ('Configurable.parameter'), else `function`'s default."""
+    try:
+        value = gin.query_parameter(name)
+    except ValueError:
+        value = inspect.signature(function).parameters[name.split('.')[1]].default
+    if isinstance(value, gin.config.ConfigurableReference):
+        return value.selector
+    if inspect.isclass(value) or inspect.isfunction(value):
+        return value.__name__
+    return value
+
+
+def _reader(configurable, function):
+    return lambda parameter: _parameter(f'{configurable}.{parameter}', function)
+
+
+def shared_settings(task, budget, extra_bindings=()):
+    """The settings table both systems run with, read from the task's gin configuration."""
+    gin_files = [run_config.find_gin_file(path) for path in task.gin_files]
+    bindings = list(task.gin_bindings) + list(extra_bindings) + [f'train.total_steps = {budget}']
+    run_config.load(gin_files, bindings)
+    try:
+        train = _reader('train', trainer.training_run)
+        agent = _reader('PPO', ppo.PPO.__init__)
+        policy = _reader('FeedForwardGaussianPolicy', networks.FeedForwardGaussianPolicy.__init__)
+        value = _reader('FeedForwardValue', networks.FeedForwardValue.__init__)
+        for name, expected in REQUIRED.items():
+            found = _parameter(name, trainer.training_run if name.startswith('train.')
+                               else ppo.PPO.__init__)
+            found = tuple(found) if isinstance(found, list) else found
+            if found != expected:
+                raise run_config.ConfigError(
+                    f'{name} = {found!r}: the SB3 comparison supports only {expected!r}')
+        if policy('activation') != value('activation'):
+            raise run_config.ConfigError('policy and value networks must share the activation')
+        settings = {
+            'env_id': train('env_id'),
+            'env_kwargs': train('env_kwargs'),
+            'total_steps': train('total_steps'),
+            'num_envs': train('num_envs'),
+            'rollout_length': train('rollout_length'),
+            'eval_every_steps': train('eval_every_steps'),
+            'eval_episodes': train('eval_episodes'),
+            'anneal_learning_rate': train('anneal_learning_rate'),
+            'discount': agent('discount'),
+            'gae_lambda': agent('gae_lambda'),
+            'num_epochs': agent('num_epochs'),
+            'num_minibatches': agent('num_minibatches'),
+            'learning_rate': agent('learning_rate'),
+            'adam_epsilon': agent('adam_epsilon'),
+            'max_grad_norm': agent('max_grad_norm'),
+            'clip_ratio': agent('clip_ratio'),
+            'value_clip': agent('value_clip'),
+            'value_coef': agent('value_coef'),
+            'entropy_coef': agent('entropy_coef'),
+            'normalize_advantages': agent('normalize_advantages'),
+            'normalize_observ': agent('normalize_observ'),
+            'observ_clip': agent('observ_clip'),
+            'scale_reward': agent('scale_reward'),
+            'reward_clip': agent('reward_clip'),
+            'policy_hidden_sizes': list(policy('hidden_sizes')),
+            'value_hidden_sizes': list(value('hidden_sizes')),
+            'activation': policy('activation'),
+            'init_std': policy('init_std'),
+        }
+    finally:
+        gin.clear_config()
+    return settings, gin_files, bindings
+
+
+def _process_tree(root_pid, known):
+    """Pids of `root_pid`'s live descendants (and itself), plus live pids seen before (which may
+    have been re-parented when their parent ended)."""
+    children = {}
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open(f'/proc/{entry}/stat') as f:
+                    parent = int(f.read().rsplit(')', 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    tree, stack = set(), [root_pid]
+    while stack:
+        pid = stack.pop()
+        tree.add(pid)
+        stack.extend(children.get(pid, []))
+    return tree | {pid for pid in known if os.path.exists(f'/proc/{pid}')}
+
+
+def _sample(pid):
+    """(rss_mb, pss_mb, cpu_seconds) of one process; None if it is gone. A zombie (ended, not
+    yet reaped) still shows its final CPU time, with no memory."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    rss = int(fields[21]) * PAGE_KB / 1024
+    pss = 0.0
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as f:
+            for line in f:
+                if line.startswith('Pss:'):
+                    pss = int(line.split()[1]) / 1024
+                    break
+    except OSError:
+        pass
+    return rss, pss, cpu
+
+
+def run_monitored(command, logdir, env, poll_secs):
+    """Runs `command` to its end while polling `logdir`/metrics.jsonl and /proc."""
+    if os.path.exists(logdir):
+        # BatchPPO would resume the run found there.
+        raise FileExistsError(f'{logdir} exists; give an empty --workdir')
+    os.makedirs(os.path.dirname(logdir), exist_ok=True)
+    metrics_path = os.path.join(logdir, trainer.METRICS_FILE)
+    load_before = os.getloadavg()[0]
+    evals, offset, pending = [], 0, ''
+    peak_rss = peak_pss = 0.0
+    cpu = {}
+    known = set()
+    with open(logdir + '.log', 'w') as log:
+        start = time.monotonic()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        while True:
+            # WNOWAIT leaves the ended process a zombie, whose final CPU time /proc still shows.
+            ended = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            now = time.monotonic() - start
+            known = _process_tree(process.pid, known)
+            rss = pss = 0.0
+            for pid in known:
+                sample = _sample(pid)
+                if sample:
+                    rss, pss = rss + sample[0], pss + sample[1]
+                    cpu[pid] = max(cpu.get(pid, 0.0), sample[2])
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            if os.path.exists(metrics_path):
+                with open(metrics_path, encoding='utf-8') as f:
+                    f.seek(offset)
+                    pending += f.read()
+                    offset = f.tell()
+                *lines, pending = pending.split('\n')
+                evals += [dict(json.loads(line), seen_s=now) for line in lines if line.strip()]
+            if ended is not None:
+                break
+            time.sleep(poll_secs)
+        returncode = process.wait()
+        wall = time.monotonic() - start
+    if returncode != 0:
+        with open(logdir + '.log') as f:
+            tail = ''.join(f.readlines()[-15:])
+        raise RuntimeError(f'{" ".join(command[:4])} ... failed ({returncode}):\n{tail}')
+    return {'wall_s': wall, 'evals': evals, 'peak_rss_mb': peak_rss, 'peak_pss_mb': peak_pss,
+            'cpu_s': sum(cpu.values()), 'load_before': load_before,
+            'load_after': os.getloadavg()[0]}
+
+
+def summarize_run(run, threshold):
+    """Adds throughput, time to threshold and final return to a `run_monitored` result."""
+    evals = run['evals']
+    if not evals:
+        raise RuntimeError('the run wrote no evaluation')
+    last = evals[-1]
+    run['steps'] = last['step']
+    run['overall_sps'] = last['step'] / run['wall_s']
+    # Training seconds up to each evaluation, from the runs' own steps / env_steps_per_sec.
+    train_seconds = [record['step'] / record['env_steps_per_sec'] for record in evals]
+    run['steady_sps'] = (
+        (last['step'] - evals[0]['step']) / (train_seconds[-1] - train_seconds[0])
+        if len(evals) > 1 else None)
+    # The same window by this process's clock: evaluations, checkpoints and logging included.
+    run['steady_wall_sps'] = (
+        (last['step'] - evals[0]['step']) / (last['seen_s'] - evals[0]['seen_s'])
+        if len(evals) > 1 and last['seen_s'] > evals[0]['seen_s'] else None)
+    run['final_return'] = last['mean_return']
+    reached = [record for record in evals
+               if threshold is not None and record['mean_return'] >= threshold]
+    run['threshold_step'] = reached[0]['step'] if reached else None
+    run['to_threshold_s'] = reached[0]['seen_s'] if reached else None
+    return run
+
+
+def ours_command(gin_files, bindings, logdir, seed):
+    return ([sys.executable, '-m', 'agents.scripts.train', f'--logdir={logdir}',
+             f'--seed={seed}'] + [f'--gin_file={path}' for path in gin_files] +
+            [f'--gin_bindings={binding}' for binding in bindings])
+
+
+def sb3_command(python, settings, logdir, seed):
+    return [python, os.path.join(HERE, 'sb3_runner.py'), f'--config={json.dumps(settings)}',
+            f'--logdir={logdir}', f'--seed={seed}',
+            f'--torch_threads={FLAGS.sb3_torch_threads}', f'--vec_env={FLAGS.sb3_vec_env}']
+
+
+def peers_python():
+    if FLAGS.peers_python:
+        return FLAGS.peers_python
+    setup = os.path.join(HERE, 'setup_peers.sh')
+    result = subprocess.run(['bash', setup], stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        sys.exit(f'train_throughput: error: {setup} failed (see its messages above)')
+    return result.stdout.strip().splitlines()[-1]
+
+
+RATIO_KEYS = ('overall_sps', 'steady_sps', 'steady_wall_sps', 'to_threshold_s', 'peak_pss_mb',
+              'peak_rss_mb', 'cpu_s')
+SUMMARY_KEYS = RATIO_KEYS + ('final_return', 'steps', 'wall_s')
+
+
+def _median(values):
+    values = [value for value in values if value is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(runs, tasks, systems):
+    """Medians over seeds per task and system, and the ratios ours / SB3."""
+    summary = {}
+    for task in tasks:
+        summary[task] = {}
+        for system in systems:
+            selected = [run for run in runs if run['task'] == task and run['system'] == system]
+            medians = {key: _median([run[key] for run in selected]) for key in SUMMARY_KEYS}
+            # A seed that never reached the threshold counts as slower than every other one.
+            to_threshold = _median([math.inf if run['to_threshold_s'] is None
+                                    else run['to_threshold_s'] for run in selected])
+            medians['to_threshold_s'] = None if to_threshold == math.inf else to_threshold
+            medians['reached'] = sum(run['to_threshold_s'] is not None for run in selected)
+            medians['seeds'] = len(selected)
+            summary[task][system] = medians
+        if {'ours', 'sb3'} <= set(summary[task]):
+            ours, sb3 = summary[task]['ours'], summary[task]['sb3']
+            summary[task]['ratio'] = {
+                key: ours[key] / sb3[key] if ours[key] and sb3[key] else None
+                for key in RATIO_KEYS}
+    return summary
+
+
+def format_table(summary, tasks, loads=()):
+    def number(value, digits=0):
+        return '-' if value is None else f'{value:,.{digits}f}'
+
+    header = ('task', 'system', 'steps', 'overall/s', 'steady/s', '+evals/s', 'to thr (s)',
+              'final', 'PSS MB', 'RSS MB', 'CPU s')
+    rows = [header]
+    for task in tasks:
+        threshold = TASKS[task].threshold
+        for system, values in summary[task].items():
+            if system == 'ratio':
+                rows.append((task, 'ours/SB3', '', number(values['overall_sps'], 2),
+                             number(values['steady_sps'], 2),
+                             number(values['steady_wall_sps'], 2),
+                             number(values['to_threshold_s'], 2), '',
+                             number(values['peak_pss_mb'], 2), number(values['peak_rss_mb'], 2),
+                             number(values['cpu_s'], 2)))
+                continue
+            to_threshold = '' if threshold is None else (
+                f'{number(values["to_threshold_s"], 1)} '
+                f'({values["reached"]}/{values["seeds"]})')
+            rows.append((task, system, number(values['steps']), number(values['overall_sps']),
+                         number(values['steady_sps']), number(values['steady_wall_sps']),
+                         to_threshold, number(values['final_return'], 1),
+                         number(values['peak_pss_mb']),
+                         number(values['peak_rss_mb']), number(values['cpu_s'], 1)))
+    widths = [max(len(str(row[column])) for row in rows) for column in range(len(header))]
+    lines = ['  '.join(str(cell).rjust(width) for cell, width in zip(row, widths, strict=True))
+             for row in rows]
+    thresholds = ', '.join(f'{task} {TASKS[task].threshold:g}' for task in tasks
+                           if TASKS[task].threshold is not None)
+    if thresholds:
+        lines.append(f'to thr: wall time from launch to an eval mean return >= threshold '
+                     f'({thresholds}); (reached/seeds); a seed that never reached it counts as '
+                     'slowest, - when that is the median.')
+    if loads:
+        lines.append(f'Load average (1 min) at the runs\' starts: {min(loads):.1f} to '
+                     f'{max(loads):.1f} on {os.cpu_count()} CPUs.')
+    return '\n'.join(lines)
+
+
+def parse_budgets(entries, tasks):
+    budgets = {task: TASKS[task].budget for task in tasks}
+    for entry in entries:
+        task, _, steps = entry.partition('=')
+        if task not in TASKS or not steps.isdigit() or int(steps) < 1:
+            raise app.UsageError(f"--budget={entry!r}: expected 'task=steps' with a task in "
+                                 f'{sorted(TASKS)} and a positive number of steps')
+        budgets[task] = int(steps)
+    return budgets
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    unknown = [task for task in FLAGS.tasks if task not in TASKS]
+    if unknown:
+        raise app.UsageError(f'Unknown tasks {unknown}; known: {sorted(TASKS)}')
+    systems = [system for system in FLAGS.systems if system not in ('ours', 'sb3')]
+    if systems:
+        raise app.UsageError(f'Unknown systems {systems}; known: ours, sb3')
+    if FLAGS.seeds < 1:
+        raise app.UsageError('--seeds must be positive')
+    budgets = parse_budgets(FLAGS.budget, FLAGS.tasks)
+    python = peers_python() if 'sb3' in FLAGS.systems else None
+    workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='train_throughput-')
+    ours_env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT)
+    sb3_env = {key: value for key, value in os.environ.items() if key != 'PYTHONPATH'}
+    runs, settings_by_task = [], {}
+    for task in FLAGS.tasks:
+        settings, gin_files, bindings = shared_settings(
+            TASKS[task], budgets[task], FLAGS.gin_bindings)
+        settings_by_task[task] = settings
+        print(f'{task}: {json.dumps(settings)}', flush=True)
+        for seed in range(FLAGS.seeds):
+            for system in FLAGS.systems:
+                logdir = os.path.join(workdir, f'{task}-{system}-seed{seed}')
+                if system == 'ours':
+                    command, env = ours_command(gin_files, bindings, logdir, seed), ours_env
+                else:
+                    command, env = sb3_command(python, settings, logdir, seed), sb3_env
+                run = summarize_run(run_monitored(command, logdir, env, FLAGS.poll_secs),
+                                    TASKS[task].threshold)
+                run.update(task=task, system=system, seed=seed, logdir=logdir)
+                runs.append(run)
+                to_threshold = run['to_threshold_s']
+                print(f'{task} {system} seed {seed}: {run["overall_sps"]:.0f} steps/s overall, '
+                      f'final return {run["final_return"]:.1f}, threshold reached after '
+                      f'{"-" if to_threshold is None else f"{to_threshold:.1f}"} s, peak PSS '
+                      f'{run["peak_pss_mb"]:.0f} MB, load {run["load_before"]:.1f}', flush=True)
+    summary = summarize(runs, FLAGS.tasks, FLAGS.systems)
+    print(format_table(summary, FLAGS.tasks, [run['load_before'] for run in runs]))
+    if FLAGS.output_json:
+        with open(FLAGS.output_json, 'w', encoding='utf-8') as f:
+            json.dump({'runs': runs, 'summary': summary, 'settings': settings_by_task,
+                       'sb3_torch_threads': FLAGS.sb3_torch_threads,
+                       'sb3_vec_env': FLAGS.sb3_vec_env, 'cpus': os.cpu_count()}, f, indent=1)
+
+
+if __name__ == '__main__':
+    app.run(main)

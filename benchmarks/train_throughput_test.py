@@ -1,0 +1,170 @@
+"""Tests of the training benchmark's bookkeeping: settings table, process monitoring, summaries.
+
+The runs themselves (BatchPPO, and SB3 in .venv-peers) are not started here; a small Python
+script stands in for them.
+"""
+
+import json
+import os
+import sys
+import textwrap
+
+from absl.testing import absltest
+
+from agents.scripts import run_config
+from benchmarks import train_throughput
+
+# A stand-in for a training run: holds `MB` of memory in itself and in a child process, writes
+# two evaluations to <logdir>/metrics.jsonl and exits with `CODE`.
+FAKE_RUN = textwrap.dedent('''
+    import json, os, subprocess, sys, time
+    logdir, megabytes, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    hold = 'import sys, time; b = bytearray(%d << 20); b[::4096] = b"x" * len(b[::4096]); ' \\
+           'time.sleep(1.5)' % megabytes
+    child = subprocess.Popen([sys.executable, '-c', hold])
+    data = bytearray(megabytes << 20)
+    data[::4096] = b'x' * len(data[::4096])
+    os.makedirs(logdir)
+    print('training', flush=True)
+    for step, mean_return in ((100, -500.0), (200, -150.0)):
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
+            f.write(json.dumps({'step': step, 'mean_return': mean_return,
+                                'env_steps_per_sec': 1000.0, 'wall_time_s': 0.1}) + '\\n')
+        time.sleep(0.3)
+    child.wait()
+    print('failing' if code else 'done', flush=True)
+    sys.exit(code)
+''')
+
+
+class SharedSettingsTest(absltest.TestCase):
+
+    def write_gin(self, text):
+        return self.create_tempfile('task.gin', textwrap.dedent(text)).full_path
+
+    def test_reads_bound_values_and_defaults(self):
+        path = self.write_gin('''
+            include 'base.gin'
+            train.env_id = 'Pendulum-v1'
+            train.num_envs = 4
+            PPO.discount = 0.9
+            PPO.learning_rate = 1e-3
+            FeedForwardGaussianPolicy.hidden_sizes = (32,)
+        ''')
+        task = train_throughput.Task((path,), ('PPO.num_epochs = 3',), 5000)
+        settings, gin_files, bindings = train_throughput.shared_settings(
+            task, 7000, ['train.rollout_length = 64'])
+        self.assertEqual(settings['env_id'], 'Pendulum-v1')
+        self.assertEqual(settings['num_envs'], 4)
+        self.assertEqual(settings['rollout_length'], 64)
+        self.assertEqual(settings['total_steps'], 7000)
+        self.assertEqual(settings['num_epochs'], 3)
+        self.assertEqual(settings['discount'], 0.9)
+        self.assertEqual(settings['learning_rate'], 1e-3)
+        self.assertEqual(settings['policy_hidden_sizes'], [32])
+        self.assertEqual(settings['value_hidden_sizes'], [64, 64])  # From base.gin.
+        self.assertEqual(settings['observ_clip'], 5.0)  # PPO's default, bound nowhere.
+        self.assertEqual(settings['init_std'], 1.0)
+        self.assertEqual(gin_files, [path])
+        self.assertEqual(bindings[-1], 'train.total_steps = 7000')
+        json.dumps(settings)  # The SB3 runner gets it as JSON.
+
+    def test_refuses_settings_sb3_cannot_run(self):
+        path = self.write_gin('''
+            include 'base.gin'
+            train.env_id = 'Pendulum-v1'
+        ''')
+        task = train_throughput.Task((path,), ("PPO.objective = 'kl_penalty'",), 5000)
+        with self.assertRaisesRegex(run_config.ConfigError, 'PPO.objective'):
+            train_throughput.shared_settings(task, 5000)
+
+
+class RunMonitoredTest(absltest.TestCase):
+
+    def run_fake(self, megabytes, code=0):
+        logdir = os.path.join(self.create_tempdir().full_path, 'run')
+        command = [sys.executable, '-c', FAKE_RUN, logdir, str(megabytes), str(code)]
+        return logdir, train_throughput.run_monitored(command, logdir, dict(os.environ), 0.05)
+
+    def test_sums_memory_of_the_process_tree_and_stamps_evaluations(self):
+        logdir, run = self.run_fake(100)
+        # Both processes hold 100 MB, for longer than several polls.
+        self.assertGreater(run['peak_rss_mb'], 200)
+        self.assertGreater(run['peak_pss_mb'], 200)
+        self.assertGreater(run['cpu_s'], 0)
+        self.assertEqual([record['step'] for record in run['evals']], [100, 200])
+        first, second = (record['seen_s'] for record in run['evals'])
+        self.assertLess(0, first)
+        self.assertLessEqual(first, second)
+        self.assertLessEqual(second, run['wall_s'])
+        with open(logdir + '.log') as f:
+            self.assertIn('done', f.read())
+
+    def test_failure_raises_with_the_output(self):
+        with self.assertRaisesRegex(RuntimeError, r'failed \(3\)(.|\n)*failing'):
+            self.run_fake(1, code=3)
+
+    def test_refuses_an_existing_logdir(self):
+        logdir = self.create_tempdir().full_path
+        with self.assertRaisesRegex(FileExistsError, 'exists'):
+            train_throughput.run_monitored(['true'], logdir, {}, 0.05)
+
+
+def _evals(*records):
+    return [dict(zip(('step', 'env_steps_per_sec', 'seen_s', 'mean_return'), record,
+                     strict=True)) for record in records]
+
+
+class SummaryTest(absltest.TestCase):
+
+    def test_summarize_run(self):
+        # 1000 steps trained in 2 s (compile), then 3000 more in 1 s.
+        run = {'wall_s': 10.0, 'evals': _evals(
+            (1000, 500.0, 4.0, -900.0), (2500, 2500 / 2.5, 5.0, -190.0),
+            (4000, 4000 / 3.0, 6.0, -150.0))}
+        train_throughput.summarize_run(run, threshold=-200.0)
+        self.assertEqual(run['steps'], 4000)
+        self.assertAlmostEqual(run['overall_sps'], 400.0)
+        self.assertAlmostEqual(run['steady_sps'], 3000.0)
+        self.assertAlmostEqual(run['steady_wall_sps'], 1500.0)
+        self.assertEqual(run['threshold_step'], 2500)
+        self.assertEqual(run['to_threshold_s'], 5.0)
+        self.assertEqual(run['final_return'], -150.0)
+
+    def test_summarize_run_without_threshold_or_second_evaluation(self):
+        run = train_throughput.summarize_run(
+            {'wall_s': 2.0, 'evals': _evals((1000, 500.0, 1.5, -900.0))}, threshold=-200.0)
+        self.assertIsNone(run['steady_sps'])
+        self.assertIsNone(run['to_threshold_s'])
+        with self.assertRaisesRegex(RuntimeError, 'no evaluation'):
+            train_throughput.summarize_run({'wall_s': 1.0, 'evals': []}, None)
+
+    def test_medians_count_unreached_seeds_as_slowest(self):
+        def run(system, to_threshold, sps):
+            return {'task': 'pendulum', 'system': system, 'to_threshold_s': to_threshold,
+                    **{key: sps for key in train_throughput.SUMMARY_KEYS
+                       if key != 'to_threshold_s'}}
+
+        runs = [run('ours', 10.0, 300.0), run('ours', 30.0, 100.0), run('ours', None, 200.0),
+                run('sb3', None, 50.0), run('sb3', None, 50.0), run('sb3', 40.0, 50.0)]
+        summary = train_throughput.summarize(runs, ['pendulum'], ['ours', 'sb3'])
+        self.assertEqual(summary['pendulum']['ours']['to_threshold_s'], 30.0)
+        self.assertEqual(summary['pendulum']['ours']['reached'], 2)
+        self.assertIsNone(summary['pendulum']['sb3']['to_threshold_s'])
+        self.assertEqual(summary['pendulum']['ratio']['overall_sps'], 4.0)
+        self.assertIsNone(summary['pendulum']['ratio']['to_threshold_s'])
+        table = train_throughput.format_table(summary, ['pendulum'], [1.0, 2.5])
+        self.assertIn('ours/SB3', table)
+        self.assertIn('30.0 (2/3)', table)
+        self.assertIn('1.0 to 2.5', table)
+
+    def test_parse_budgets(self):
+        self.assertEqual(train_throughput.parse_budgets(['pendulum=5000'], ['pendulum']),
+                         {'pendulum': 5000})
+        for entry in ('pendulum', 'pendulum=0', 'pendulum=x', 'nosuchtask=5'):
+            with self.subTest(entry=entry), self.assertRaisesRegex(Exception, 'task=steps'):
+                train_throughput.parse_budgets([entry], ['pendulum'])
+
+
+if __name__ == '__main__':
+    absltest.main()
