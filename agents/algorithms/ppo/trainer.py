@@ -3,9 +3,10 @@
 Each training iteration is one compiled call: the simulator's T-step rollout of the batch of
 environments followed by the PPO update. Every `eval_every_steps` environment steps the mean
 (deterministic) policy runs `eval_episodes` episodes on separate environment instances; the run
-then writes a checkpoint, a line of `metrics.jsonl` and TensorBoard summaries. A rerun in the
-same logdir restores the latest checkpoint (step count, weights, optimizer and normalizer
-statistics) and goes on; episodes in flight restart.
+then writes a checkpoint, exports the policy as a SavedModel to `policy/<step>/`, and writes a
+line of `metrics.jsonl` and TensorBoard summaries. A rerun in the same logdir restores the latest
+checkpoint (step count, weights, optimizer and normalizer statistics) and goes on; episodes in
+flight restart.
 """
 
 import contextlib
