@@ -4,7 +4,8 @@ Every vector env runner steps the same envs with the same pre-sampled random act
 autoreset, so episode ends are included) and reports env steps per second (batch steps x envs)
 and the CPU time per env step of all processes involved; each setting is timed `--repeats` times
 and the medians are shown, with each runner's speed relative to the baselines. Add a runner by
-appending a `Runner` to RUNNERS.
+appending a `Runner` to RUNNERS. Parallel modes need idle cores: on a busy machine their rows
+(not the CPU per step) mostly show the load; check `uptime` before and after a run.
 
 The `in_graph_*` runners run the compiled rollout of `simulate.Simulator` with a trivial
 (constant) policy on a BatchEnv in AutoresetMode.DISABLED, and the `raw_loop_*` runners step the

@@ -31,8 +31,8 @@ EnvError = env_group.EnvError
 WorkerDiedError = external_worker.WorkerDiedError
 
 MODES = ('external', 'hybrid', 'in_process')
-# Default spin_seconds of hybrid mode: a little more than the caller usually waits for the
-# worker after stepping its own envs.
+# Default spin_seconds when the caller and every worker can have a core of their own: longer
+# than the caller and the workers usually wait for each other within a rollout.
 SPIN_SECONDS = 0.001
 
 
@@ -156,7 +156,7 @@ class BatchEnv(gym.vector.VectorEnv):
     def __init__(self, env_fns, mode='external', num_workers=None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, copy=True, collect_infos=True,
                  start_method='forkserver', close_timeout=5.0, timeout=None,
-                 spin_seconds=None, worker_spin_seconds=0.0):
+                 spin_seconds=None):
         """Creates the envs.
 
         Args:
@@ -180,16 +180,21 @@ class BatchEnv(gym.vector.VectorEnv):
             before raising multiprocessing.TimeoutError; None waits as long as they live. A
             step that timed out can still be collected by `step_wait`; after the other calls
             time out, the workers are terminated and the batch is unusable.
-          spin_seconds: how long the caller polls for the workers' replies before it sleeps
-            until they come. Polling saves the cost of waking the caller when they come soon
-            and a core is free for it, as in hybrid mode. Default: 0 in external mode,
-            SPIN_SECONDS in hybrid mode.
+          spin_seconds: how long the caller and the workers may poll for each other's
+            messages before they sleep until one comes; they poll only while answers come that
+            quickly. Polling saves waking a sleeping process, which is dear on virtual machines,
+            but burns a core, so it pays only when the caller and every worker have a core
+            each. Default: SPIN_SECONDS then (as in hybrid mode with the default num_workers),
+            else 0 (as in external mode with the default num_workers).
         """
         super().__init__()
         if isinstance(env_fns, str) or not hasattr(env_fns, '__len__') or not len(env_fns):
             raise ValueError(f'env_fns must be a non-empty sequence, got {env_fns!r}')
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+        if spin_seconds is not None and not (
+                isinstance(spin_seconds, numbers.Real) and spin_seconds >= 0):
+            raise ValueError(f'spin_seconds must be None or >= 0, got {spin_seconds!r}')
         env_fns = [_env_factory(env_fn, index) for index, env_fn in enumerate(env_fns)]
         self.num_envs = len(env_fns)
         self.mode = mode
@@ -214,7 +219,7 @@ class BatchEnv(gym.vector.VectorEnv):
         else:
             num_workers = _num_workers(num_workers, mode, self.num_envs)
             if spin_seconds is None:
-                spin_seconds = SPIN_SECONDS if mode == 'hybrid' else 0.0
+                spin_seconds = SPIN_SECONDS if num_workers < _available_cores() else 0.0
             # Like AsyncVectorEnv, a throwaway env tells the spaces before workers start.
             first_env = env_group.create_envs(env_fns[:1])[0]
             try:
@@ -224,8 +229,7 @@ class BatchEnv(gym.vector.VectorEnv):
             self._pool = external_worker.WorkerPool(
                 env_fns, self.single_observation_space, self.single_action_space,
                 num_workers, self.autoreset_mode, collect_infos, start_method, close_timeout,
-                host_in_caller=mode == 'hybrid', spin_seconds=spin_seconds,
-                worker_spin_seconds=worker_spin_seconds)
+                host_in_caller=mode == 'hybrid', spin_seconds=spin_seconds)
             self._buffers = self._pool.buffers
         self.metadata = dict(first_env.metadata)
         self.metadata['autoreset_mode'] = self.autoreset_mode

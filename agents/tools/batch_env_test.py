@@ -489,6 +489,29 @@ class ProcessHygieneTest(BatchEnvTestCase):
         self.assertLen(pids, 2)
         self.assertTrue(_wait_until(lambda: not any(_process_alive(pid) for pid in pids)))
 
+    @parameterized.parameters('external', 'hybrid')
+    def test_workers_exit_when_the_parent_is_killed(self, mode):
+        # Quick steps first, so that the workers poll for the next command (spin_seconds).
+        script = textwrap.dedent(f'''
+            import os, signal
+            import numpy as np
+            from agents.tools import batch_env
+            env = batch_env.BatchEnv(['Pendulum-v1'] * 4, mode={mode!r}, num_workers=1,
+                                     spin_seconds=0.5)
+            env.reset()
+            for _ in range(50):
+                env.step(np.zeros((4, 1), np.float32))
+            print(*env.worker_pids, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        ''')
+        result = subprocess.run(
+            [sys.executable, '-c', script], capture_output=True, text=True, timeout=60,
+            env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
+        self.assertEqual(result.returncode, -signal.SIGKILL, result.stderr)
+        pids = [int(pid) for pid in result.stdout.split()]
+        self.assertLen(pids, 1)
+        self.assertTrue(_wait_until(lambda: not any(_process_alive(pid) for pid in pids)))
+
 
 class BadInputTest(BatchEnvTestCase):
 
@@ -561,6 +584,7 @@ class BadInputTest(BatchEnvTestCase):
         (dict(start_method='fork'), ValueError, 'start_method'),
         (dict(autoreset_mode='sometimes'), ValueError, 'autoreset_mode'),
         (dict(spin_seconds=-1.0), ValueError, 'spin_seconds'),
+        (dict(mode='in_process', spin_seconds='fast'), ValueError, 'spin_seconds'),
         (dict(mode='hybrid', env_fns=['CartPole-v1']), ValueError, 'at least 2 envs'),
         (dict(mode='hybrid', num_workers=-1), ValueError, 'num_workers'),
     )
@@ -660,7 +684,7 @@ class PipeTest(BatchEnvTestCase):
 
     def test_spinning_wait_keeps_to_the_timeout(self):
         never = multiprocessing.get_context('forkserver').Event()
-        env = self.make(scripted_fns(2, {1: {'block_on': never}}), spin_seconds=30.0)
+        env = self.make(scripted_fns(2, {1: {'block_on': never}}), spin_seconds=5.0)
         env.reset()
         env.step_async(np.zeros((2, 1), np.float32))
         start = time.monotonic()

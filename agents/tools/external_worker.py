@@ -1,19 +1,15 @@
 """Worker processes that each host several environments of a BatchEnv.
 
-Every worker runs an EnvGroup on its rows of StepBuffers that live in shared memory. The parent
-rings a worker's doorbell (an eventfd) to make it step, and sends other commands with their
-pickled arguments through a pipe; the worker replies through another pipe with 4 bytes, more only
-when there is something to say (infos, errors, call results). Pipes are read and written with
-plain `os.read` / `os.write`. A worker hosts several envs, so the inter-process cost is paid once
-per worker per step, not once per env, and the parent rings all doorbells before it waits for any
-reply, so the learner can work while envs simulate. With `host_in_caller`, the calling process
-steps the first slice of envs itself while it waits for the workers: on few cores, no core then
-idles while the parent waits and one wake-up fewer is paid.
-
-Why a doorbell: writing to a pipe asks the scheduler to run the woken reader on the writer's
-core, as the writer is expected to wait for it; in hybrid mode the caller keeps running, so the
-worker would wait for it instead of running on the other core. Where os.eventfd is missing
-(outside Linux), steps go through the command pipe.
+Every worker runs an EnvGroup on its rows of StepBuffers that live in shared memory. Parent and
+worker talk through two pipes, read and written with plain `os.read` / `os.write`: per step, a
+5-byte command and a 4-byte reply, longer only when there is something to say (reset arguments,
+infos, errors, call results travel as pickles). A worker hosts several envs, so the inter-process
+cost is paid once per worker per step, not once per env, and the parent sends all commands before
+it waits for any reply, so the learner can work while envs simulate. With `host_in_caller`, the
+calling process steps the first slice of envs itself while it waits for the workers: on few
+cores, no core then idles while the parent waits, and one process fewer must be woken per step.
+Where the caller and the workers have a core each, they poll for each other's messages a little
+before they sleep (AdaptiveSpin), as waking a process costs more than a short step.
 
 Workers start with forkserver or spawn (plain fork is unsafe once TensorFlow runs threads in the
 parent) and never import the parent's `__main__` (it may import TensorFlow): env factories travel
@@ -33,7 +29,6 @@ import struct
 import sys
 import time
 import weakref
-from multiprocessing import reduction
 
 import cloudpickle
 import numpy as np
@@ -186,19 +181,51 @@ def _read_reply(fd):
     return _read_exactly(fd, size)
 
 
-class _InheritedFd:
-    """An fd that a worker process receives as its own copy, like a multiprocessing.Connection,
-    with any start method."""
+class AdaptiveSpin:
+    """How long to poll for a message before sleeping until it comes.
 
-    def __init__(self, fd):
-        self.fd = fd
+    Polling saves waking the waiting process, which costs tens of microseconds and, on a
+    virtual machine whose other CPU is idle, up to hundreds; but it burns a core, and when the
+    machine is busy it takes the core from the very process that should answer. So a waiter
+    polls up to `limit` seconds, and after polling in vain it sleeps right away for the next 1,
+    2, 4... up to MAX_BACKOFF waits: polling goes on while it pays, as in a loop of quick steps
+    on a quiet machine, and costs little CPU where it does not.
+    """
 
-    def __reduce__(self):
-        return _inherit_fd, (reduction.DupFd(self.fd),)
+    MAX_BACKOFF = 64
+
+    def __init__(self, limit):
+        self.limit = limit
+        self._backoff = 1  # Waits to sleep at once after the next vain poll.
+        self._skips = 0  # Waits left to sleep at once.
+
+    def deadline(self, start):
+        """When to stop polling for a wait that began at `start` (time.monotonic())."""
+        if self._skips:
+            return start
+        return start + self.limit
+
+    def record(self, start):
+        """Notes that the wait that began at `start` is over."""
+        if self._skips:
+            self._skips -= 1
+        elif time.monotonic() - start < self.limit:
+            self._backoff = 1
+        else:
+            self._skips = self._backoff
+            self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
 
 
-def _inherit_fd(duplicate):
-    return duplicate.detach()
+def _poll(poller, spin_until, sleep_until=None):
+    """Ready (fd, event) pairs of `poller`: polls without sleeping until `spin_until`, then
+    sleeps until an fd is ready or `sleep_until` (None: no limit) passes."""
+    while time.monotonic() < spin_until:
+        events = poller.poll(0)
+        if events:
+            return events
+    if sleep_until is None:
+        return poller.poll()
+    return poller.poll(max(0.0, sleep_until - time.monotonic()) * 1000)
 
 
 class EnvHost:
@@ -234,21 +261,15 @@ class EnvHost:
         return pickle.dumps((True, result)) if result else EMPTY_REPLY
 
 
-def _worker_main(commands, replies, doorbell_fd, memory, num_envs, observation_space,
-                 action_space, first_index, env_fns, autoreset_mode, collect_infos,
-                 spin_seconds):
-    """Hosts envs from `first_index` on and serves the parent's commands until CLOSE.
-
-    STEP comes by the doorbell (an eventfd, or None to get it by the command pipe like the other
-    commands); the closed command pipe says that the parent is gone.
-    """
+def _worker_main(commands, replies, memory, num_envs, observation_space, action_space,
+                 first_index, env_fns, autoreset_mode, collect_infos, spin_seconds):
+    """Hosts envs from `first_index` on and serves the parent's commands until CLOSE."""
     # Ctrl-C reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     command_fd, reply_fd = commands.fileno(), replies.fileno()
     poller = select.poll()
-    for fd in (command_fd, doorbell_fd):
-        if fd is not None:
-            poller.register(fd, select.POLLIN)
+    poller.register(command_fd, select.POLLIN)
+    spin = AdaptiveSpin(spin_seconds)
     host = None
     try:
         try:
@@ -264,17 +285,12 @@ def _worker_main(commands, replies, doorbell_fd, memory, num_envs, observation_s
                 _write_all(reply_fd, _REPLY_HEADER.pack(len(reply)) + reply)
                 if host is None:
                     return
-                if spin_seconds:
-                    spin_until = time.monotonic() + spin_seconds
-                    while not poller.poll(0) and time.monotonic() < spin_until:
-                        pass
-                if any(fd == doorbell_fd for fd, _ in poller.poll()):
-                    os.eventfd_read(doorbell_fd)
-                    command, body = STEP, b''
-                else:
-                    command, size = _COMMAND_HEADER.unpack(
-                        _read_exactly(command_fd, _COMMAND_HEADER.size))
-                    body = _read_exactly(command_fd, size)
+                start = time.monotonic()
+                _poll(poller, spin.deadline(start))
+                spin.record(start)
+                command, size = _COMMAND_HEADER.unpack(
+                    _read_exactly(command_fd, _COMMAND_HEADER.size))
+                body = _read_exactly(command_fd, size)
             except (EOFError, OSError):
                 return  # The parent is gone.
             if command == CLOSE:
@@ -325,8 +341,8 @@ def _exit_description(exitcode):
     return f'exit code {exitcode}'
 
 
-def _shutdown(creator_pid, processes, command_conns, reply_conns, doorbells, caller_hosts,
-              timeout, terminate=False):
+def _shutdown(creator_pid, processes, command_conns, reply_conns, caller_hosts, timeout,
+              terminate=False):
     """Stops and reaps the workers (CLOSE, then SIGTERM after `timeout` s, then SIGKILL) and
     closes the envs of the calling process."""
     if os.getpid() != creator_pid:
@@ -348,8 +364,6 @@ def _shutdown(creator_pid, processes, command_conns, reply_conns, doorbells, cal
             process.join()
     for conn in [*command_conns.values(), *reply_conns.values()]:
         conn.close()
-    while doorbells:
-        os.close(doorbells.popitem()[1])
     while caller_hosts:
         caller_hosts.pop().group.close()
 
@@ -367,18 +381,19 @@ class WorkerPool:
 
     def __init__(self, env_fns, observation_space, action_space, num_workers, autoreset_mode,
                  collect_infos, start_method='forkserver', close_timeout=5.0,
-                 host_in_caller=False, spin_seconds=0.0, worker_spin_seconds=0.0):
+                 host_in_caller=False, spin_seconds=0.0):
         """Starts `num_workers` workers (plus the caller's share with `host_in_caller`).
 
-        `spin_seconds` is how long `wait` polls without sleeping before it blocks: when the
-        workers finish soon and a core is free, that saves the cost of waking the caller.
+        `spin_seconds` limits how long `wait` and the workers poll for messages before they
+        sleep (see AdaptiveSpin): worth it when the workers and the caller have a core each.
         """
         if start_method not in START_METHODS:
             raise ValueError(
                 f'start_method must be one of {START_METHODS} (plain fork is unsafe with '
                 f'TensorFlow), got {start_method!r}')
         num_envs = len(env_fns)
-        num_hosts = num_workers + bool(host_in_caller)
+        self._host_in_caller = bool(host_in_caller)
+        num_hosts = num_workers + self._host_in_caller
         if num_workers < 1 or num_hosts > num_envs:
             raise ValueError(
                 f'num_workers must be in [1, {num_envs - bool(host_in_caller)}] for {num_envs} '
@@ -396,11 +411,10 @@ class WorkerPool:
             num_envs, observation_space, action_space, self._memory)
         bounds = np.linspace(0, num_envs, num_hosts + 1).round().astype(int).tolist()
         self.env_slices = list(zip(bounds[:-1], bounds[1:], strict=True))
-        self._spin_seconds = spin_seconds
+        self._spin = AdaptiveSpin(spin_seconds)
         self._processes = {}  # Host -> worker process.
         self._command_conns = {}  # Host -> writing end of the pipe carrying its commands.
         self._reply_conns = {}  # Host -> reading end of the pipe carrying its replies.
-        self._doorbells = {}  # Host -> eventfd that makes it step (none without os.eventfd).
         self._caller_hosts = []  # The EnvHost of the calling process, if any.
         self._caller_command = None  # (command, body) for the caller's envs, run by `wait`.
         self._closed = False
@@ -410,11 +424,11 @@ class WorkerPool:
         self._exited = set()  # Hosts whose worker was seen exiting while not pending.
         self._finalizer = weakref.finalize(
             self, _shutdown, os.getpid(), self._processes, self._command_conns,
-            self._reply_conns, self._doorbells, self._caller_hosts, close_timeout)
+            self._reply_conns, self._caller_hosts, close_timeout)
         try:
-            first_worker = int(bool(host_in_caller))
+            first_worker = int(self._host_in_caller)
             self._start(context, env_fns, first_worker, observation_space, action_space,
-                        autoreset_mode, collect_infos, worker_spin_seconds)
+                        autoreset_mode, collect_infos, spin_seconds)
             self._poller = select.poll()
             self._fd_owners = {}  # fd -> (host, whether it is the process sentinel).
             for host, process in self._processes.items():
@@ -436,7 +450,7 @@ class WorkerPool:
             raise
 
     def _start(self, context, env_fns, first_worker, observation_space, action_space,
-               autoreset_mode, collect_infos, worker_spin_seconds):
+               autoreset_mode, collect_infos, spin_seconds):
         with _main_module_hidden():
             for host in range(first_worker, len(self.env_slices)):
                 start, stop = self.env_slices[host]
@@ -444,16 +458,12 @@ class WorkerPool:
                 reply_reader, reply_writer = context.Pipe(duplex=False)
                 self._command_conns[host] = command_writer
                 self._reply_conns[host] = reply_reader
-                doorbell = None
-                if hasattr(os, 'eventfd'):
-                    self._doorbells[host] = os.eventfd(0, os.EFD_CLOEXEC)
-                    doorbell = _InheritedFd(self._doorbells[host])
                 process = context.Process(
                     target=_worker_main, name=f'BatchEnvWorker-{host}', daemon=True,
-                    args=(command_reader, reply_writer, doorbell, self._memory, len(env_fns),
+                    args=(command_reader, reply_writer, self._memory, len(env_fns),
                           observation_space, action_space, start,
                           _CloudPickled(list(env_fns[start:stop])), autoreset_mode,
-                          collect_infos, worker_spin_seconds))
+                          collect_infos, spin_seconds))
                 try:
                     process.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -483,7 +493,7 @@ class WorkerPool:
         """E.g. 'worker process 1 (pid 123) hosting envs [4, 5, 6, 7]'."""
         start, stop = self.env_slices[host]
         envs = f'hosting envs {list(range(start, stop))}'
-        if host not in self._processes and self._caller_hosts:
+        if host == CALLER and self._host_in_caller:
             return f'calling process (pid {os.getpid()}) {envs}'
         process = self._processes.get(host)
         return f'worker process {host} (pid {process and process.pid}) {envs}'
@@ -496,17 +506,14 @@ class WorkerPool:
     def send(self, host, command, body=b''):
         """Sends `command` with `body` to `host`, which will answer one reply for `wait`."""
         self.check_open()
-        if host not in self._processes:  # The caller's own envs, served by `wait`.
+        if host == CALLER and self._host_in_caller:  # Served by `wait`.
             self._caller_command = (command, body)
         else:
             if host in self._exited:
                 self._died(host)
             try:
-                if command == STEP and host in self._doorbells:
-                    os.eventfd_write(self._doorbells[host], 1)
-                else:
-                    _write_all(self._command_conns[host].fileno(),
-                               _COMMAND_HEADER.pack(command, len(body)) + body)
+                _write_all(self._command_conns[host].fileno(),
+                           _COMMAND_HEADER.pack(command, len(body)) + body)
             except OSError:
                 self._died(host)
         self._pending.add(host)
@@ -529,20 +536,16 @@ class WorkerPool:
             command, self._caller_command = self._caller_command, None
             pending.discard(CALLER)
             replies[CALLER] = self._caller_hosts[0].serve(*command)
-        now = time.monotonic()
-        deadline = None if timeout is None else now + timeout
-        spin_until = now + self._spin_seconds
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        spin_until = self._spin.deadline(start)
+        if deadline is not None:
+            spin_until = min(spin_until, deadline)
         while pending:
-            now = time.monotonic()
-            if now < spin_until and (deadline is None or now < deadline):
-                events = self._poller.poll(0)
-                if not events:
-                    continue
-            else:
-                wait_seconds = _LIVENESS_PERIOD
-                if deadline is not None:
-                    wait_seconds = max(0.0, min(wait_seconds, deadline - now))
-                events = self._poller.poll(wait_seconds * 1000)
+            sleep_until = time.monotonic() + _LIVENESS_PERIOD
+            if deadline is not None:
+                sleep_until = min(sleep_until, deadline)
+            events = _poll(self._poller, spin_until, sleep_until)
             if not events:
                 for host, process in self._processes.items():
                     if not process.is_alive():
@@ -568,6 +571,7 @@ class WorkerPool:
                 except (EOFError, OSError):
                     self._died(host)
                 pending.discard(host)
+        self._spin.record(start)
         self._replies = {}
         return replies
 

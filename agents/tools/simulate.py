@@ -55,8 +55,10 @@ class Algorithm:
     """What the simulator asks of an algorithm: the batch-ppo episode protocol.
 
     All methods run inside the compiled simulation, act through TF ops (typically on
-    variables) and receive int32 vectors of environment indices. Only `perform` must be
-    implemented; the hooks do nothing by default.
+    variables) and receive int32 vectors of environment indices. They are traced without
+    AutoGraph (converting the code costs seconds per trace), so control flow that depends on
+    tensor values must use `tf.cond` / `tf.while_loop`. Only `perform` must be implemented; the
+    hooks do nothing by default.
     """
 
     def begin_episode(self, agent_indices):
@@ -100,7 +102,7 @@ class Simulator(tf.Module):
             self.length = tf.Variable(
                 tf.zeros((len(env),), tf.int32), trainable=False, name='length')
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(self, reset=False):
         """Simulates one step of all environments and returns its `Transition`.
 
@@ -109,7 +111,7 @@ class Simulator(tf.Module):
         """
         return self._simulate_step(reset)
 
-    @tf.function
+    @tf.function(autograph=False)
     def rollout(self, num_steps, reset=False):
         """Simulates `num_steps` steps in one call; returns a `Transition` stacked to [T, N...].
 
