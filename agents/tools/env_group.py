@@ -148,18 +148,20 @@ class InfoBatcher:
         if len(events) != self.num_envs:
             return None
         first = events[0][1]
-        signature = tuple(first), tuple(map(type, first.values()))
-        dtype = self._dtypes.get(signature)
+        keys, types = tuple(first), tuple(map(type, first.values()))
+        dtype = self._dtypes.get((keys, types))
         if dtype is None:
             if not (all(type(key) is str and key for key in first)
                     and all(map(_is_number, first.values()))):
                 return None
-            dtype = self._dtypes[signature] = np.dtype(list(zip(*signature, strict=True)))
-        if not all(row == index and tuple(info) == signature[0]
-                   and tuple(map(type, info.values())) == signature[1]
-                   for index, (row, info) in enumerate(events)):
-            return None
-        return np.array([tuple(info.values()) for _, info in events], dtype)
+            dtype = self._dtypes[keys, types] = np.dtype(list(zip(keys, types, strict=True)))
+        rows = []
+        for index, (row, info) in enumerate(events):
+            values = tuple(info.values())
+            if row != index or tuple(info) != keys or tuple(map(type, values)) != types:
+                return None
+            rows.append(values)
+        return np.array(rows, dtype)
 
     def batch(self, events):
         """Batched infos of `events`, a list of (row, info) in the order gymnasium adds them."""

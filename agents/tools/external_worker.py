@@ -396,7 +396,7 @@ class WorkerPool:
         num_hosts = num_workers + self._host_in_caller
         if num_workers < 1 or num_hosts > num_envs:
             raise ValueError(
-                f'num_workers must be in [1, {num_envs - bool(host_in_caller)}] for {num_envs} '
+                f'num_workers must be in [1, {num_envs - self._host_in_caller}] for {num_envs} '
                 f'envs{" with host_in_caller" if host_in_caller else ""}, got {num_workers}')
         if spin_seconds < 0:
             raise ValueError(f'spin_seconds must be >= 0, got {spin_seconds}')
