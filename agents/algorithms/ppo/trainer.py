@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import time
+import types
 
 import gin
 import gymnasium as gym
@@ -237,8 +238,7 @@ class TrainingRun:
                 latest = self._evaluate_and_save(steps, steps_per_sec)
             if finished or time.time() - last_log >= self._log_every_secs:
                 last_log = time.time()
-                self._log_progress(steps, steps_per_sec, start_steps, train_seconds,
-                                   episode_returns, latest)
+                self._log_progress(steps, steps_per_sec, episode_returns, latest)
         if latest is None:
             logging.info('Nothing to do: the run already reached %d steps.', self._total_steps)
         else:
@@ -277,7 +277,7 @@ class TrainingRun:
         for name, value in metrics.items():
             if not np.isfinite(value):
                 raise FloatingPointError(f'PPO update produced a non-finite {name}: {value}')
-        return _Fields(summary), metrics
+        return types.SimpleNamespace(**summary), metrics
 
     def _evaluate_and_save(self, steps, steps_per_sec):
         returns, lengths = self._evaluate()
@@ -336,8 +336,7 @@ class TrainingRun:
                 'episode_return': transitions.episode_return,
                 'episode_length': transitions.episode_length}
 
-    def _log_progress(self, steps, steps_per_sec, start_steps, train_seconds, episode_returns,
-                      latest):
+    def _log_progress(self, steps, steps_per_sec, episode_returns, latest):
         remaining = max(self._total_steps - steps, 0)
         eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
         train_return = f'{np.mean(episode_returns):.1f}' if episode_returns else 'n/a'
@@ -345,14 +344,6 @@ class TrainingRun:
         logging.info('step %d/%d | %.0f env steps/s | ETA %s | train return %s | eval return %s',
                      steps, self._total_steps, steps_per_sec, _format_seconds(eta), train_return,
                      eval_return)
-        del start_steps, train_seconds
-
-
-class _Fields:
-    """Attribute access to a dict of arrays."""
-
-    def __init__(self, values):
-        self.__dict__.update(values)
 
 
 def _format_seconds(seconds):
