@@ -140,9 +140,10 @@ def env_factory(env_id, env_kwargs=None, wrappers=(), **make_kwargs):
 
 def make_in_graph_env(env_fn, num_envs, mode, num_workers, seed):
     """`num_envs` environments from `env_fn` as an InGraphBatchEnv (explicit resets)."""
+    # The in-graph env ignores infos and copies observations itself: skip both per step.
     vector_env = batch_env.BatchEnv(
         [env_fn] * num_envs, mode=mode, num_workers=num_workers,
-        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False, copy=False)
     return in_graph_batch_env.InGraphBatchEnv(vector_env, seed=seed)
 
 
