@@ -80,7 +80,7 @@ class _ExportedPolicy(tf.Module):
         self.random = tf.random.Generator.from_seed(seed)
         self.metadata = tf.Variable(json.dumps(metadata), trainable=False, name='metadata')
         # The agent's own normalization (it applies the normalizer only if configured to).
-        normalize = agent._normalize  # pylint: disable=protected-access
+        normalize = agent.normalize
         policy = self.policy
         observ_spec = tf.TensorSpec([None, *agent.observ_shape], tf.float32, name='observ')
 

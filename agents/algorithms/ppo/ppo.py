@@ -204,7 +204,8 @@ class PPO(tf.Module):
         """The policy state for `batch_size` new episodes (`()` for feed-forward policies)."""
         return self.policy.initial_state(batch_size)
 
-    def _normalize(self, observ):
+    def normalize(self, observ):
+        """The observation as the networks see it: float32, normalized if configured."""
         observ = tf.cast(observ, tf.float32)
         return self.observ_normalizer.normalize(observ) if self._normalize_observ else observ
 
@@ -220,7 +221,7 @@ class PPO(tf.Module):
         return self._compiled_act(observ, state, reset_mask, greedy)
 
     def _act(self, observ, state, reset_mask, greedy):
-        observ = self._normalize(observ)
+        observ = self.normalize(observ)
         state = self.policy.reset_state(state, reset_mask)
         params, new_state = self.policy.step(observ, state)
         policy = self.policy.distribution(params)
@@ -262,9 +263,9 @@ class PPO(tf.Module):
         if self._scale_reward:
             self.reward_scaler.update(reward, done)
             reward = self.reward_scaler.scale(reward)
-        observ = self._normalize(batch['observ'])
+        observ = self.normalize(batch['observ'])
         advantage, return_ = advantages.generalized_advantage_estimation(
-            reward, extras['value'], self.value(self._normalize(batch['next_observ'])),
+            reward, extras['value'], self.value(self.normalize(batch['next_observ'])),
             terminated, truncated, self._discount, self._gae_lambda)
 
         num_steps = tf.shape(reward)[0]
