@@ -7,12 +7,21 @@ belongs to.
 """
 
 import difflib
+import fcntl
+import json
 import os
+import shlex
+import shutil
+import socket
+import sys
+import tempfile
+import time
 
 import gin
 
 CONFIG_FILE = 'config.gin'
 OPERATIVE_CONFIG_FILE = 'operative_config.gin'
+LOCK_FILE = '.lock'
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED_CONFIGS = os.path.join(PACKAGE_ROOT, 'configs')
 
@@ -62,15 +71,18 @@ def load(gin_files, gin_bindings, seed=None, seed_binding='train.seed'):
     return gin.config_str()
 
 
-def prepare_logdir(logdir, config):
-    """Creates `logdir` or checks that it holds a run of this configuration.
+def check_logdir(logdir, config):
+    """Refuses a logdir where a run of `config` cannot start or resume; changes nothing.
 
-    A new logdir gets `config.gin`. An existing one must hold the same configuration (the run is
-    then resumed) or be empty; anything else is refused and left untouched.
+    Returns whether the logdir holds a run to resume. Refused: a file, a run of another
+    configuration, a non-empty directory that is no run, an unwritable run, a run that a live
+    trainer holds (see `lock_logdir`).
     """
     config_path = os.path.join(logdir, CONFIG_FILE)
     if os.path.exists(logdir) and not os.path.isdir(logdir):
         raise ConfigError(f'logdir {logdir} exists and is not a directory')
+    if os.path.isdir(logdir):
+        _check_unlocked(logdir)  # First: what a live trainer is writing may look like anything.
     if os.path.isfile(config_path):
         with open(config_path, encoding='utf-8') as f:
             stored = f.read()
@@ -81,17 +93,137 @@ def prepare_logdir(logdir, config):
                 f'logdir {logdir} holds a run of a different configuration; use another '
                 f'--logdir or the same flags. Difference:\n{diff}')
         if not os.access(logdir, os.W_OK):
-            raise ConfigError(f'logdir {logdir} is not writable')
-        return logdir
-    if os.path.isdir(logdir) and os.listdir(logdir):
+            raise ConfigError(f'cannot write to logdir {logdir}: it is not writable (a '
+                              'read-only file system or missing permissions)')
+        return True
+    if os.path.isdir(logdir) and set(os.listdir(logdir)) - {LOCK_FILE}:
         raise ConfigError(f'logdir {logdir} is not empty and holds no {CONFIG_FILE}: not a '
                           'BatchPPO run; choose another --logdir')
+    parent = os.path.abspath(logdir)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f'cannot write to logdir {logdir}: {parent} is not a writable '
+                          'directory')
+    return False
+
+
+def prepare_logdir(logdir, config):
+    """Creates `logdir` or checks that it holds a run of this configuration.
+
+    A new logdir gets `config.gin`. An existing one must hold the same configuration (the run is
+    then resumed) or be empty; anything else is refused and left untouched.
+    """
+    if check_logdir(logdir, config):
+        return logdir
     try:
         os.makedirs(logdir, exist_ok=True)
-        write_atomic(config_path, config)
+        write_atomic(os.path.join(logdir, CONFIG_FILE), config)
     except OSError as error:
         raise ConfigError(f'cannot write to logdir {logdir}: {error.strerror or error}') from error
     return logdir
+
+
+class LogdirLock:
+    """An exclusive lock on a logdir for as long as this object (or the process) lives.
+
+    `<logdir>/.lock` is locked with flock, which the kernel releases when the process dies, so a
+    lock left by a killed trainer is stale by construction and the next trainer takes it. The
+    file tells who holds the lock: pid, host, start time and command line.
+    """
+
+    def __init__(self, logdir):
+        self.path = os.path.join(logdir, LOCK_FILE)
+        try:
+            os.makedirs(logdir, exist_ok=True)
+            self._file = open(self.path, 'a+', encoding='utf-8')  # Held open: it is the lock.
+        except OSError as error:
+            raise ConfigError(f'cannot write to logdir {logdir}: cannot create {self.path}: '
+                              f'{error.strerror or error}') from error
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(self._file)
+            self._file.close()
+            raise ConfigError(_locked_message(logdir, holder)) from None
+        self.previous_holder = _read_holder(self._file)
+        self.holder = {'pid': os.getpid(), 'host': socket.gethostname(),
+                       'started': time.strftime('%Y-%m-%d %H:%M:%S %z'),
+                       'command': shlex.join(sys.argv)}
+        try:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.write(json.dumps(self.holder) + '\n')
+            self._file.flush()
+        except OSError as error:
+            self.release()
+            raise ConfigError(f'cannot write to logdir {logdir}: cannot write {self.path}: '
+                              f'{error.strerror or error}') from error
+
+    def release(self):
+        """Unlocks (the file stays: it tells who held the logdir last)."""
+        if not self._file.closed:
+            self._file.close()
+
+
+def lock_logdir(logdir):
+    """Locks `logdir` for this process (creating it); a held lock is a ConfigError naming the
+    holder. Keep the returned `LogdirLock` as long as the run goes on."""
+    return LogdirLock(logdir)
+
+
+def _check_unlocked(logdir):
+    """Raises a ConfigError naming the holder if a live process holds the logdir's lock."""
+    path = os.path.join(logdir, LOCK_FILE)
+    try:
+        with open(path, encoding='utf-8') as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(f)
+                if holder.get('pid') != os.getpid():  # Not the lock of this very process.
+                    raise ConfigError(_locked_message(logdir, holder)) from None
+    except FileNotFoundError:
+        pass
+
+
+def _read_holder(file):
+    """The holder record of a lock file (a dict; empty if unreadable)."""
+    try:
+        file.seek(0)
+        holder = json.loads(file.read() or '{}')
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _locked_message(logdir, holder):
+    who = f'pid {holder.get("pid", "?")}'
+    if holder.get('host'):
+        who += f' on {holder["host"]}'
+    if holder.get('started'):
+        who += f' since {holder["started"]}'
+    command = f' ({holder["command"]})' if holder.get('command') else ''
+    return (f'logdir {logdir} is in use by another trainer: {who}{command}. Wait for it to '
+            'finish or stop it, or choose another --logdir.')
+
+
+def replace_directory(source, destination):
+    """Moves directory `source` to `destination`; an earlier `destination` is replaced only once
+    the move succeeded (it is moved aside first and restored if the move fails)."""
+    if not os.path.exists(destination):
+        os.rename(source, destination)
+        return
+    aside = tempfile.mkdtemp(prefix=f'.{os.path.basename(destination)}.old-',
+                             dir=os.path.dirname(destination))
+    os.rmdir(aside)
+    os.rename(destination, aside)
+    try:
+        os.rename(source, destination)
+    except OSError:
+        os.rename(aside, destination)
+        raise
+    shutil.rmtree(aside)
 
 
 def write_atomic(path, text):

@@ -1,6 +1,8 @@
 """Tests for run_config: gin loading errors, path resolution and logdir checks."""
 
 import os
+import subprocess
+import sys
 from unittest import mock
 
 import gin
@@ -109,6 +111,90 @@ class PrepareLogdirTest(absltest.TestCase):
         with self.assertRaisesRegex(run_config.ConfigError, 'cannot write to logdir'):
             run_config.prepare_logdir(os.path.join(parent, 'run'), 'x = 1\n')
         self.assertTrue(os.path.isfile(parent))
+
+
+class LogdirLockTest(absltest.TestCase):
+
+    def hold_in_another_process(self, logdir):
+        """A process holding the logdir's lock until its stdin closes; returns it."""
+        holder = subprocess.Popen(
+            [sys.executable, '-c', 'import sys; from agents.scripts import run_config; '
+             f'lock = run_config.lock_logdir({logdir!r}); print("locked", flush=True); '
+             'sys.stdin.read()'],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT))
+        self.addCleanup(holder.wait)
+        self.addCleanup(holder.stdin.close)
+        self.assertEqual(holder.stdout.readline().strip(), 'locked')
+        return holder
+
+    def test_held_lock_refuses_with_the_holder_and_changes_nothing(self):
+        logdir = self.create_tempdir().full_path
+        run_config.prepare_logdir(logdir, 'x = 1\n')
+        holder = self.hold_in_another_process(logdir)
+        before = sorted(os.listdir(logdir))
+        pattern = rf'logdir {logdir} is in use by another trainer: pid {holder.pid} on \S+ since'
+        with self.assertRaisesRegex(run_config.ConfigError, pattern):
+            run_config.check_logdir(logdir, 'x = 1\n')
+        with self.assertRaisesRegex(run_config.ConfigError, pattern):
+            run_config.lock_logdir(logdir)
+        self.assertEqual(sorted(os.listdir(logdir)), before)
+        holder.stdin.close()
+        holder.wait()
+        # Its lock died with it: the file stays and tells who held the logdir last.
+        lock = run_config.lock_logdir(logdir)
+        self.assertEqual(lock.previous_holder['pid'], holder.pid)
+        self.assertEqual(lock.holder['pid'], os.getpid())
+        lock.release()
+
+    def test_own_lock_does_not_block_its_holder(self):
+        logdir = os.path.join(self.create_tempdir().full_path, 'run')
+        lock = run_config.lock_logdir(logdir)
+        self.assertFalse(run_config.check_logdir(logdir, 'x = 1\n'))  # Only .lock: empty.
+        self.assertEqual(run_config.prepare_logdir(logdir, 'x = 1\n'), logdir)
+        self.assertTrue(run_config.check_logdir(logdir, 'x = 1\n'))
+        lock.release()
+
+    def test_unwritable_parent_is_found_before_anything_is_created(self):
+        parent = self.create_tempfile('file').full_path
+        with self.assertRaisesRegex(run_config.ConfigError,
+                                    f'cannot write to logdir {parent}/a/b: {parent} is not a '
+                                    'writable directory'):
+            run_config.check_logdir(os.path.join(parent, 'a', 'b'), 'x = 1\n')
+        with self.assertRaisesRegex(run_config.ConfigError, 'cannot write to logdir'):
+            run_config.lock_logdir(os.path.join(parent, 'a'))
+
+
+class ReplaceDirectoryTest(absltest.TestCase):
+
+    def _directory(self, path, text):
+        os.makedirs(path)
+        with open(os.path.join(path, 'file'), 'w') as f:
+            f.write(text)
+
+    def _read(self, path):
+        with open(os.path.join(path, 'file')) as f:
+            return f.read()
+
+    def test_moves_and_replaces(self):
+        root = self.create_tempdir().full_path
+        new, destination = os.path.join(root, 'new'), os.path.join(root, 'destination')
+        self._directory(new, 'first')
+        run_config.replace_directory(new, destination)
+        self.assertEqual(self._read(destination), 'first')
+        self._directory(new, 'second')
+        run_config.replace_directory(new, destination)
+        self.assertEqual(self._read(destination), 'second')
+        self.assertEqual(sorted(os.listdir(root)), ['destination'])
+
+    def test_keeps_the_earlier_directory_when_the_move_fails(self):
+        root = self.create_tempdir().full_path
+        destination = os.path.join(root, 'destination')
+        self._directory(destination, 'earlier')
+        with self.assertRaises(OSError):
+            run_config.replace_directory(os.path.join(root, 'missing'), destination)
+        self.assertEqual(self._read(destination), 'earlier')
+        self.assertEqual(sorted(os.listdir(root)), ['destination'])
 
 
 class WriteAtomicTest(absltest.TestCase):

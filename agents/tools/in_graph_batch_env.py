@@ -162,6 +162,41 @@ class InGraphBatchEnv(tf.Module):
     def close(self):
         self._env.close()
 
+    @property
+    def vector_env(self):
+        """The wrapped VectorEnv."""
+        return self._env
+
+    def replace_vector_env(self, vector_env, seed=None):
+        """Swaps in `vector_env` (e.g. after a worker of the old one died); returns the old one.
+
+        The new VectorEnv must have the same spaces and number of environments. Compiled
+        functions keep working, since they call into whichever VectorEnv is current. Every
+        environment is marked as needing a reset, which a simulator does before its next step:
+        the episodes in flight are dropped. `seed` goes to that first reset.
+        """
+        mode = vector_env.metadata.get('autoreset_mode')
+        if mode is None or gym.vector.AutoresetMode(mode) != gym.vector.AutoresetMode.DISABLED:
+            raise ValueError('the new VectorEnv must have metadata["autoreset_mode"] = '
+                             f'AutoresetMode.DISABLED, got {mode!r}')
+        if (int(vector_env.num_envs) != self._num_envs
+                or vector_env.single_observation_space != self.observation_space
+                or vector_env.single_action_space != self.action_space):
+            raise ValueError(
+                f'the new VectorEnv ({vector_env.num_envs} envs, observations '
+                f'{vector_env.single_observation_space}, actions '
+                f'{vector_env.single_action_space}) does not match the old one '
+                f'({self._num_envs} envs, {self.observation_space}, {self.action_space})')
+        old, self._env, self._seed = self._env, vector_env, seed
+        self.request_reset()
+        return old
+
+    def request_reset(self):
+        """Marks every environment as needing a reset (e.g. after a rollout failed midway), so
+        that a simulator resets all of them before its next step; their episodes are dropped."""
+        self.terminated.assign(tf.zeros_like(self.terminated))
+        self.truncated.assign(tf.ones_like(self.truncated))
+
     def _cast_action(self, action):
         """Casts `action` to the action space's dtype unless that would change its meaning."""
         wanted = tf.as_dtype(self._action_dtype)

@@ -39,6 +39,8 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from agents.scripts import run_config
+
 POLICY_DIR = 'policy'
 FORMAT = 'batchppo-policy/1'
 SIGNATURES = ('deterministic_action', 'sampled_action')
@@ -198,7 +200,7 @@ class PolicyExporter:
         try:
             with _quiet_tensorflow_logs():
                 tf.saved_model.save(self._module, temporary, signatures=self._signatures)
-            _replace_directory(temporary, directory)
+            run_config.replace_directory(temporary, directory)
         finally:
             if os.path.exists(temporary):
                 shutil.rmtree(temporary)
@@ -222,22 +224,6 @@ def _quiet_tensorflow_logs():
         yield
     finally:
         logger.setLevel(level)
-
-
-def _replace_directory(source, destination):
-    if not os.path.exists(destination):
-        os.rename(source, destination)
-        return
-    aside = tempfile.mkdtemp(prefix=f'.{os.path.basename(destination)}.old-',
-                             dir=os.path.dirname(destination))
-    os.rmdir(aside)
-    os.rename(destination, aside)
-    try:
-        os.rename(source, destination)
-    except OSError:
-        os.rename(aside, destination)
-        raise
-    shutil.rmtree(aside)
 
 
 def exported_steps(policy_dir):

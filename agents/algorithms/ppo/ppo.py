@@ -32,6 +32,9 @@ BATCH_KEYS = ('observ', 'action', 'reward', 'terminated', 'truncated', 'next_obs
 EXTRAS_KEYS = ('log_prob', 'value', 'policy_params')
 METRIC_NAMES = ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'approx_kl',
                 'clip_fraction', 'gradient_norm')
+# What the `nonfinite` metric of an update names: 0 nothing, else the first quantity that went
+# non-finite (the update stopped before applying that gradient step).
+NONFINITE_QUANTITIES = {1: 'loss', 2: 'gradient'}
 
 
 def _check_positive(**values):
@@ -233,7 +236,13 @@ class PPO(tf.Module):
         return action, extras, new_state
 
     def update(self, batch):
-        """Trains on one time-major rollout (see the module docstring); returns scalar metrics."""
+        """Trains on one time-major rollout (see the module docstring); returns scalar metrics.
+
+        A non-finite loss or gradient stops the update before that gradient step is applied;
+        the `nonfinite` metric then names it (see NONFINITE_QUANTITIES). Steps applied before it
+        and the statistics updates stay: a caller that must drop the whole batch restores the
+        variables it saved (as the trainer does).
+        """
         self._check_batch(batch)
         if isinstance(self._num_units(batch), tf.Tensor):
             # A rollout of unknown length (in a graph): check before any variable changes, since
@@ -327,7 +336,7 @@ class PPO(tf.Module):
             state = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=0), initial_state)
             return minibatch, state
 
-        def train_step(step, unused_stopped, sums):
+        def train_step(step, unused_stopped, sums, unused_nonfinite):
             minibatch, state = gather(minibatch_indices[step])
             with tf.GradientTape() as tape:
                 loss, metrics = self.loss(minibatch, state)
@@ -337,20 +346,24 @@ class PPO(tf.Module):
             else:
                 norm = tf.linalg.global_norm(gradients)
             metrics['gradient_norm'] = norm
-            stop = tf.constant(False)
+            # A non-finite loss or gradient (the global norm of a gradient with a NaN or an
+            # infinity is not finite) stops the update before it reaches the weights.
+            nonfinite = tf.where(~tf.math.is_finite(loss), 1,
+                                 tf.where(~tf.math.is_finite(norm), 2, 0))
+            stop = nonfinite > 0
             if self._early_stop_kl:
-                stop = metrics['kl'] > self._early_stop_kl
+                stop = stop | (metrics['kl'] > self._early_stop_kl)
 
             def apply():
                 self.optimizer.apply_gradients(zip(gradients, self._trainable, strict=True))
                 return tf.nest.map_structure(tf.add, sums, metrics)
 
             sums = tf.cond(stop, lambda: sums, apply)
-            return step + 1, stop, sums
+            return step + 1, stop, sums, nonfinite
 
-        num_steps_taken, stopped, sums = tf.while_loop(
-            lambda step, stopped, unused_sums: (step < num_steps) & ~stopped, train_step,
-            (tf.constant(0), tf.constant(False), zero_metrics))
+        num_steps_taken, stopped, sums, nonfinite = tf.while_loop(
+            lambda step, stopped, unused_sums, unused_nonfinite: (step < num_steps) & ~stopped,
+            train_step, (tf.constant(0), tf.constant(False), zero_metrics, tf.constant(0)))
         # The step that triggered an early stop was not applied.
         num_applied = tf.cast(num_steps_taken - tf.cast(stopped, tf.int32), tf.float32)
         metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
@@ -368,6 +381,7 @@ class PPO(tf.Module):
             self.kl_penalty.assign(self.kl_penalty * change)
         metrics['final_kl'] = final_kl
         metrics['num_gradient_steps'] = num_applied
+        metrics['nonfinite'] = tf.cast(nonfinite, tf.float32)  # See NONFINITE_QUANTITIES.
         return metrics
 
     def loss(self, minibatch, initial_state):

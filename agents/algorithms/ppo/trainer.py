@@ -4,15 +4,33 @@ Each training iteration is one compiled call: the simulator's T-step rollout of 
 environments followed by the PPO update. Every `eval_every_steps` environment steps the mean
 (deterministic) policy runs `eval_episodes` episodes on separate environment instances; the run
 then writes a checkpoint, exports the policy as a SavedModel to `policy/<step>/`, and writes a
-line of `metrics.jsonl` and TensorBoard summaries. A rerun in the same logdir restores the latest
-checkpoint (step count, weights, optimizer and normalizer statistics) and goes on; episodes in
-flight restart.
+line of `metrics.jsonl` and TensorBoard summaries, in this order, so that nothing the run logs
+leads its checkpoints. A rerun in the same logdir restores the latest checkpoint that reads back
+(step count, weights, optimizer and normalizer statistics) and goes on; episodes in flight
+restart (see recovery.py for what a killed run leaves behind and how resuming deals with it).
+
+Faults end in a `TrainingError` that names the problem, never with a checkpoint of a broken
+state:
+- SIGTERM or SIGINT: the run saves a checkpoint after the current iteration and raises
+  `Interrupted` (a second signal stops at once);
+- a training environment (or its worker process) fails: all training environments are rebuilt
+  and the iteration is redone (`on_env_failure='restart'`, at most `max_env_restarts` times
+  between checkpoints), or the run stops (`'stop'`);
+- a non-finite observation or reward of the rollout, or a non-finite loss, gradient or
+  parameter of the update: the update is undone; the run stops (`on_nonfinite='stop'`) or goes
+  on with the next batch (`'skip'`);
+- a failed write (a full disk, a read-only logdir): the run stops naming the file; the previous
+  checkpoint stays valid.
 """
 
 import contextlib
 import functools
+import importlib
 import json
 import os
+import re
+import signal
+import threading
 import time
 import types
 
@@ -22,13 +40,59 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from agents.algorithms.ppo import policy_export, ppo, simulated_agent
+from agents.algorithms.ppo import policy_export, ppo, recovery, simulated_agent
 from agents.scripts import run_config
 from agents.tools import batch_env, in_graph_batch_env, simulate
 from agents.tools import wrappers as wrappers_lib
 
 METRICS_FILE = 'metrics.jsonl'
 CHECKPOINT_DIR = 'checkpoints'
+ENV_FAILURE_POLICIES = ('restart', 'stop')
+NONFINITE_POLICIES = ('stop', 'skip')
+# Codes of the `nonfinite` output of a compiled iteration: what went non-finite first.
+NONFINITE_QUANTITIES = {
+    1: 'observation from the environments',
+    2: 'reward from the environments',
+    **{code + 2: name for code, name in ppo.NONFINITE_QUANTITIES.items()},  # loss, gradient
+    5: 'parameter',
+    6: 'action (the policy acted on a non-finite observation, or its parameters are not finite)',
+}
+# In 'skip' mode, this many dropped batches in a row stop the run: the fault is not passing.
+MAX_DROPPED_IN_A_ROW = 10
+# InGraphBatchEnv's refusal of a NaN action, which ends the rollout before its checks.
+_NONFINITE_ACTION = 'action contains NaN or infinity'
+# Seeds of rebuilt training environments: far from the seeds of the first ones.
+_RESTART_SEED_STRIDE = 7919
+
+
+class TrainingError(Exception):
+    """Training cannot go on; the message names the problem and what was kept."""
+
+
+class EnvironmentFailure(TrainingError):
+    """The training environments failed and were not (or no more) restarted."""
+
+
+class NonFiniteError(TrainingError):
+    """A rollout or an update produced a NaN or an infinity."""
+
+
+class WriteError(TrainingError):
+    """A file of the run could not be written (e.g. the disk is full or read-only)."""
+
+
+class Interrupted(TrainingError):
+    """SIGTERM or SIGINT stopped the run (after saving a checkpoint).
+
+    Attributes:
+      signum: the signal's number; a binary exits with 128 + signum, as shells do.
+      step: the environment step of the checkpoint.
+    """
+
+    def __init__(self, signum, step, message):
+        super().__init__(message)
+        self.signum = signum
+        self.step = step
 
 
 def train(logdir, **overrides):
@@ -56,10 +120,14 @@ def training_run(logdir,
           eval_episodes=10,
           checkpoints_to_keep=3,
           log_every_secs=10.0,
+          on_env_failure='restart',
+          max_env_restarts=3,
+          on_nonfinite='stop',
           seed=0):
     """Builds the environments, the agent and the `TrainingRun` of PPO on `env_id`.
 
-    The environments are closed when the context exits.
+    Nothing is written to `logdir` before `TrainingRun.run`, so a mistake in the configuration
+    found here leaves no trace. The environments are closed when the context exits.
 
     Args:
       logdir: where summaries, checkpoints, `metrics.jsonl` and `operative_config.gin` go.
@@ -74,31 +142,80 @@ def training_run(logdir,
         by default bounded observations and actions are rescaled to [-1, 1] and the policy's
         actions clipped to the action space.
       anneal_learning_rate: decay the learning rate linearly to zero over the budget.
-      eval_every_steps: environment steps between evaluations (and checkpoints).
+      eval_every_steps: evaluations (and checkpoints) come at the first iteration past each
+        multiple of this many environment steps, and at the end.
       eval_episodes: episodes of the deterministic policy per evaluation.
       checkpoints_to_keep: how many checkpoints to keep.
       log_every_secs: seconds between progress lines.
+      on_env_failure: when a training environment fails (raises, or its worker process dies):
+        'restart' rebuilds all training environments (the episodes in flight are dropped) and
+        redoes the iteration; 'stop' ends the run with an error naming the environment.
+      max_env_restarts: restarts allowed between two checkpoints; one more failure ends the
+        run.
+      on_nonfinite: when the rollout holds a non-finite observation or reward, or the update a
+        non-finite loss, gradient or parameter, the update is undone and 'stop' ends the run
+        (the last checkpoint stays the last one) or 'skip' goes on with the next batch.
       seed: seeds environments, network initialization and sampling.
     """
     _check_env_id(env_id)
     for name, value in (('total_steps', total_steps), ('num_envs', num_envs),
                         ('rollout_length', rollout_length), ('eval_every_steps', eval_every_steps),
-                        ('eval_episodes', eval_episodes)):
-        if not isinstance(value, int) or value < 1:
+                        ('eval_episodes', eval_episodes),
+                        ('checkpoints_to_keep', checkpoints_to_keep)):
+        if not _is_int(value) or value < 1:
             raise run_config.ConfigError(f'train.{name} must be a positive integer, got {value!r}')
+    for name, value in (('seed', seed), ('max_env_restarts', max_env_restarts)):
+        if not _is_int(value) or value < 0:
+            raise run_config.ConfigError(
+                f'train.{name} must be a non-negative integer, got {value!r}')
+    for name, value, choices in (('env_mode', env_mode, ('external', 'in_process', 'hybrid')),
+                                 ('on_env_failure', on_env_failure, ENV_FAILURE_POLICIES),
+                                 ('on_nonfinite', on_nonfinite, NONFINITE_POLICIES)):
+        if value not in choices:
+            raise run_config.ConfigError(
+                f'train.{name} must be one of {", ".join(map(repr, choices))}; got {value!r}')
+    if not isinstance(log_every_secs, int | float) or not log_every_secs > 0:
+        raise run_config.ConfigError(
+            f'train.log_every_secs must be a positive number, got {log_every_secs!r}')
     steps_per_iteration = num_envs * rollout_length
     num_iterations = -(-total_steps // steps_per_iteration)
     env_fn = env_factory(env_id, env_kwargs, wrappers)
+    make_train_env = functools.partial(make_vector_env, env_fn, num_envs, env_mode, num_workers)
     with contextlib.ExitStack() as stack:
-        train_env = make_in_graph_env(env_fn, num_envs, env_mode, num_workers, seed)
+        train_env = in_graph_batch_env.InGraphBatchEnv(
+            _configured(make_train_env, env_id), seed=seed)
         stack.callback(train_env.close)
-        eval_env = make_in_graph_env(env_fn, eval_episodes, 'in_process', None, seed + 1_000_000)
+        eval_env = in_graph_batch_env.InGraphBatchEnv(
+            _configured(functools.partial(
+                make_vector_env, env_fn, eval_episodes, 'in_process', None), env_id),
+            seed=seed + 1_000_000)
         stack.callback(eval_env.close)
-        agent = build_agent(
-            train_env.observation_space, train_env.action_space, num_envs, seed,
-            **({'lr_anneal_updates': num_iterations} if anneal_learning_rate else {}))
+        try:
+            agent = build_agent(
+                train_env.observation_space, train_env.action_space, num_envs, seed,
+                **({'lr_anneal_updates': num_iterations} if anneal_learning_rate else {}))
+        except (ValueError, TypeError) as error:
+            raise run_config.ConfigError(f'cannot build the PPO agent: {error}') from error
         yield TrainingRun(logdir, agent, train_env, eval_env, rollout_length, total_steps,
-                          eval_every_steps, checkpoints_to_keep, log_every_secs)
+                          eval_every_steps, checkpoints_to_keep, log_every_secs,
+                          make_train_env=make_train_env, on_env_failure=on_env_failure,
+                          max_env_restarts=max_env_restarts, on_nonfinite=on_nonfinite,
+                          seed=seed)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _configured(make_env, env_id):
+    """`make_env()`, its mistakes (bad env_kwargs, wrappers, spaces...) as a ConfigError."""
+    try:
+        return make_env()
+    except (ValueError, TypeError, gym.error.Error, batch_env.EnvError) as error:
+        # Which of the identical environments failed does not matter here.
+        reason = re.sub(r'^Environment \d+ failed in make: (\w+Error: )?', '',
+                        _first_line(error))
+        raise run_config.ConfigError(f'cannot make environment {env_id!r}: {reason}') from error
 
 
 @gin.configurable
@@ -122,9 +239,14 @@ def check_config():
 
 
 def _check_env_id(env_id):
+    if not isinstance(env_id, str):
+        raise run_config.ConfigError(f'train.env_id must be a string, got {env_id!r}')
+    module, _, name = env_id.rpartition(':')
     try:
-        gym.spec(env_id)
-    except gym.error.Error as error:
+        if module:  # 'package.module:Env-v0', as gymnasium.make takes it.
+            importlib.import_module(module)
+        gym.spec(name)
+    except (gym.error.Error, ImportError) as error:
         raise run_config.ConfigError(f'unknown env id {env_id!r}: {error}') from error
 
 
@@ -138,19 +260,49 @@ def env_factory(env_id, env_kwargs=None, wrappers=(), **make_kwargs):
         (functools.partial(wrappers_lib.apply_wrappers, wrappers=tuple(wrappers)),))
 
 
-def make_in_graph_env(env_fn, num_envs, mode, num_workers, seed):
-    """`num_envs` environments from `env_fn` as an InGraphBatchEnv (explicit resets)."""
+def make_vector_env(env_fn, num_envs, mode, num_workers):
+    """`num_envs` environments from `env_fn` as a BatchEnv with explicit resets."""
     # The in-graph env ignores infos and copies observations itself: skip both per step.
-    vector_env = batch_env.BatchEnv(
+    return _FailureRecorder(batch_env.BatchEnv(
         [env_fn] * num_envs, mode=mode, num_workers=num_workers,
-        autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False, copy=False)
-    return in_graph_batch_env.InGraphBatchEnv(vector_env, seed=seed)
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False, copy=False))
+
+
+class _FailureRecorder(gym.vector.VectorWrapper):
+    """Keeps the exception of a failed `step` or `reset`, which TF's error only quotes."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.failure = None
+
+    def step(self, actions):
+        try:
+            return self.env.step(actions)
+        except Exception as error:
+            self.failure = error
+            raise
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            return self.env.reset(seed=seed, options=options)
+        except Exception as error:
+            self.failure = error
+            raise
 
 
 def build_agent(observation_space, action_space, num_envs, seed, **ppo_kwargs):
     """The PPO agent (configured by gin's `PPO.*`) for these spaces."""
-    return ppo.PPO(observ_shape=observation_space.shape, action_size=_action_size(action_space),
-                   num_envs=num_envs, seed=seed, **ppo_kwargs)
+    agent = ppo.PPO(observ_shape=observation_space.shape, action_size=_action_size(action_space),
+                    num_envs=num_envs, seed=seed, **ppo_kwargs)
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    if agent.policy.action_dtype.is_integer != discrete:
+        kind = 'discrete' if discrete else 'continuous'
+        wanted = 'a categorical' if discrete else 'a Gaussian'
+        raise run_config.ConfigError(
+            f'the policy network {type(agent.policy).__name__} acts with '
+            f'{agent.policy.action_dtype.name} actions but the environment\'s action space '
+            f'{action_space} is {kind}; set PPO.policy_network to {wanted} policy')
+    return agent
 
 
 def _action_size(space):
@@ -166,88 +318,184 @@ class TrainingRun:
     """One training run in its logdir: state, checkpoints, logs."""
 
     def __init__(self, logdir, agent, train_env, eval_env, rollout_length, total_steps,
-                 eval_every_steps, checkpoints_to_keep, log_every_secs):
+                 eval_every_steps, checkpoints_to_keep, log_every_secs, make_train_env=None,
+                 on_env_failure='restart', max_env_restarts=3, on_nonfinite='stop', seed=0):
         self._logdir = logdir
         self._agent = agent
         self._train_env = train_env
         self._eval_env = eval_env
         self._rollout_length = rollout_length
+        self._steps_per_iteration = len(train_env) * rollout_length
         self._total_steps = total_steps
         self._eval_every_steps = eval_every_steps
+        self._checkpoints_to_keep = checkpoints_to_keep
         self._log_every_secs = log_every_secs
+        self._make_train_env = make_train_env
+        self._on_env_failure = on_env_failure
+        self._max_env_restarts = max_env_restarts
+        self._on_nonfinite = on_nonfinite
+        self._seed = seed
+        self._env_restarts = 0  # Since the last checkpoint.
+        self._total_env_restarts = 0
+        self.skipped_batches = 0
+        self._dropped_in_a_row = 0
         self._train_sim = simulate.Simulator(
             train_env, simulated_agent.SimulatedAgent(agent, len(train_env)))
         self._eval_sim = simulate.Simulator(
             eval_env, simulated_agent.SimulatedAgent(agent, len(eval_env), greedy=True))
         self.env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name='env_steps')
         self.wall_time = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='wall_time')
+        self.steps_per_sec = tf.Variable(
+            0.0, dtype=tf.float64, trainable=False, name='steps_per_sec')
         self.checkpoint = tf.train.Checkpoint(
-            agent=agent, env_steps=self.env_steps, wall_time=self.wall_time)
-        self._manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(logdir, CHECKPOINT_DIR), max_to_keep=checkpoints_to_keep)
-        self._writer = tf.summary.create_file_writer(logdir)
-        self._restored = False
+            agent=agent, env_steps=self.env_steps, wall_time=self.wall_time,
+            steps_per_sec=self.steps_per_sec)
+        self._checkpoint_dir = os.path.join(logdir, CHECKPOINT_DIR)
+        self._policy_dir = os.path.join(logdir, policy_export.POLICY_DIR)
+        self._manager = None  # Made by `restore`, once the checkpoints are recovered.
+        self._writer = None  # Made by `run`: nothing is written before.
+        self._policy_exporter = None
+        self._saved_step = None
+        # The update's whole state, copied before each update to undo a non-finite one.
+        seen, self._variables = set(), []
+        optimizer_variables = [variable.value for variable in agent.optimizer.variables]  # Keras'.
+        for variable in list(agent.variables) + optimizer_variables:
+            if variable.ref() not in seen:
+                seen.add(variable.ref())
+                self._variables.append(variable)
+        self._backups = [tf.Variable(variable.read_value(), trainable=False)
+                         for variable in self._variables]
+        self._float_variables = [variable for variable in self._variables
+                                 if variable.dtype.is_floating]
+
+    def check(self):
+        """Traces the compiled iteration and evaluation, so that mistakes which only show in the
+        graph (shapes, dtypes, minibatch sizes) surface as a ConfigError before anything is
+        written. Executes nothing."""
+        try:
+            self._compiled_iteration.get_concrete_function(tf.TensorSpec([], tf.bool))
+            self._eval_rollout.get_concrete_function(tf.TensorSpec([], tf.bool))
+        except (ValueError, TypeError) as error:
+            raise run_config.ConfigError(
+                f'the configuration does not build a training graph: {_first_line(error)}'
+            ) from error
 
     def restore(self):
-        """Restores the latest checkpoint, if any; returns its path or None."""
-        if self._restored:
+        """Restores the latest checkpoint that reads back, if any; returns its path or None.
+
+        Broken checkpoints are moved aside with a warning (see recovery.py); if checkpoints
+        exist but none reads back, raises TrainingError and changes nothing.
+        """
+        if self._manager is not None:
             return self._manager.latest_checkpoint
-        self._restored = True
-        path = self._manager.restore_or_initialize()
+        try:
+            recovered = recovery.recover_checkpoints(self._checkpoint_dir)
+        except recovery.RecoveryError as error:
+            raise TrainingError(str(error)) from error
+        except OSError as error:
+            raise WriteError(f'cannot recover the checkpoints in {self._checkpoint_dir}: '
+                             f'{error.filename}: {error.strerror}') from error
+        for path, problem in recovered.corrupt:
+            logging.warning('Checkpoint %s does not read back (%s); moved to %s/.', path,
+                            problem, os.path.join(self._checkpoint_dir, recovery.CORRUPT_DIR))
+        self._manager = tf.train.CheckpointManager(
+            self.checkpoint, self._checkpoint_dir, max_to_keep=self._checkpoints_to_keep)
+        path = self._manager.latest_checkpoint
         if path:
-            logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
+            try:
+                self.checkpoint.restore(path)
+            except (tf.errors.OpError, ValueError, AssertionError) as error:
+                raise TrainingError(f'cannot restore checkpoint {path}: '
+                                    f'{_first_line(error)}') from error
+            if recovered.corrupt:
+                logging.warning('Resumed from %s at step %d: the newest checkpoint that reads '
+                                'back.', path, int(self.env_steps))
+            else:
+                logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
         return path
 
     def run(self):
-        """Trains from the latest checkpoint to the budget; returns the last evaluation."""
+        """Trains from the latest checkpoint to the budget; returns the last evaluation.
+
+        Raises TrainingError (a subclass naming the fault) when training cannot go on.
+        """
+        with _SignalFlag() as interrupt:
+            return self._run(interrupt)
+
+    def _run(self, interrupt):
+        with self._writing(f'the logdir {self._logdir}'):
+            removed = recovery.clean_partial_writes(
+                self._logdir, self._checkpoint_dir, self._policy_dir)
+        if removed:
+            logging.info('Removed what interrupted writes left: %s', ', '.join(removed))
         self.restore()
         start_steps = int(self.env_steps)
+        self._saved_step = start_steps if self._manager.latest_checkpoint else None
+        with self._writing(f'the summaries in {self._logdir}'):
+            self._writer = tf.summary.create_file_writer(self._logdir)
+        with self._writing(os.path.join(self._logdir, METRICS_FILE)):
+            records = recovery.repair_metrics(
+                os.path.join(self._logdir, METRICS_FILE), start_steps)
+        latest = self._complete_last_save(start_steps, records)
         start_time = time.time()
         start_wall = float(self.wall_time)
         train_seconds = 0.0
         last_log = time.time()
-        last_eval_step = (start_steps // self._eval_every_steps) * self._eval_every_steps
-        latest = None
         first_iteration = True
         episode_returns = []
         while int(self.env_steps) < self._total_steps:
+            if interrupt.signum is not None:
+                self._stop_on_signal(interrupt.signum)
             began = time.time()
+            previous_steps = int(self.env_steps)
             transitions, metrics = self._iteration(first_iteration)
             train_seconds += time.time() - began
             steps = int(self.env_steps)
+            steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
             done = transitions.terminated | transitions.truncated
             returns = transitions.episode_return[done]
             lengths = transitions.episode_length[done]
-            episode_returns = (episode_returns + list(returns))[-100:]
-            steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
-            with self._writer.as_default(step=steps):
+            finite = np.isfinite(returns)
+            episode_returns = (episode_returns + list(returns[finite]))[-100:]
+            with self._writing(f'the summaries in {self._logdir}'), \
+                    self._writer.as_default(step=steps):
                 for name, value in metrics.items():
                     tf.summary.scalar(f'train/{name}', value)
-                if len(returns):
-                    tf.summary.scalar('train/episode_return', np.mean(returns))
-                    tf.summary.scalar('train/episode_length', np.mean(lengths))
+                if finite.any():
+                    tf.summary.scalar('train/episode_return', np.mean(returns[finite]))
+                    tf.summary.scalar('train/episode_length', np.mean(lengths[finite]))
                 tf.summary.scalar('train/env_steps_per_sec', steps_per_sec)
             if first_iteration:
-                run_config.write_atomic(
-                    os.path.join(self._logdir, run_config.OPERATIVE_CONFIG_FILE),
-                    gin.operative_config_str())
+                path = os.path.join(self._logdir, run_config.OPERATIVE_CONFIG_FILE)
+                with self._writing(path):
+                    run_config.write_atomic(path, gin.operative_config_str())
                 first_iteration = False
             self.wall_time.assign(start_wall + time.time() - start_time)
+            self.steps_per_sec.assign(steps_per_sec)
             finished = steps >= self._total_steps
-            if finished or steps - last_eval_step >= self._eval_every_steps:
-                last_eval_step = steps
-                latest = self._evaluate_and_save(steps, steps_per_sec)
+            if self._eval_due(previous_steps, steps):
+                latest = self._evaluate_and_save(steps)
             if finished or time.time() - last_log >= self._log_every_secs:
                 last_log = time.time()
                 self._log_progress(steps, steps_per_sec, episode_returns, latest)
         if latest is None:
             logging.info('Nothing to do: the run already reached %d steps.', self._total_steps)
         else:
-            logging.info('Done: %d steps in %.1f s, %.0f env steps/s, eval return %.1f.',
+            logging.info('Done: %d steps in %.1f s, %.0f env steps/s, eval return %s.',
                          latest['step'], latest['wall_time_s'], latest['env_steps_per_sec'],
-                         latest['mean_return'])
-        self._writer.flush()
+                         _format_return(latest['mean_return']))
+        with self._writing(f'the summaries in {self._logdir}'):
+            self._writer.flush()
         return latest
+
+    def _eval_due(self, previous_steps, steps):
+        """Whether the iteration from `previous_steps` to `steps` ends with an evaluation.
+
+        A function of the steps alone, so a resumed run evaluates where an uninterrupted one
+        would have.
+        """
+        every = self._eval_every_steps
+        return steps >= self._total_steps or steps // every > previous_steps // every
 
     # No AutoGraph here and in the simulator: the code has no tensor-dependent Python control
     # flow, and converting it took 1 to 2 s (CPU) of tracing the first iteration.
@@ -263,54 +511,255 @@ class TrainingRun:
             'next_observ': transitions.next_observ,
             'extras': transitions.extras,
         }
-        metrics = self._agent.update(batch)
-        self.env_steps.assign_add(tf.cast(tf.size(transitions.reward), tf.int64))
+        bad_observ = tf.zeros([len(self._train_env)], tf.bool)
+        if transitions.observ.dtype.is_floating:
+            for observ in (transitions.observ, transitions.next_observ):
+                flat = tf.reshape(observ, tf.concat([tf.shape(observ)[:2], [-1]], 0))
+                bad_observ |= tf.reduce_any(~tf.math.is_finite(flat), axis=[0, 2])
+        bad_reward = tf.reduce_any(~tf.math.is_finite(transitions.reward), axis=0)
+        save = [backup.assign(variable) for backup, variable in zip(
+            self._backups, self._variables, strict=True)]
+        with tf.control_dependencies(save):
+            batch = tf.nest.map_structure(tf.identity, batch)
+        metrics = dict(self._agent.update(batch))
+        update_nonfinite = tf.cast(metrics.pop('nonfinite'), tf.int32)
+        finite_variables = tf.stack([tf.reduce_all(tf.math.is_finite(variable))
+                                     for variable in self._float_variables])
+        nonfinite = tf.where(
+            tf.reduce_any(bad_observ), 1, tf.where(
+                tf.reduce_any(bad_reward), 2, tf.where(
+                    update_nonfinite > 0, update_nonfinite + 2, tf.where(
+                        tf.reduce_all(finite_variables), 0, 5))))
+
+        def undo():
+            with tf.control_dependencies([
+                    variable.assign(backup) for backup, variable in zip(
+                        self._backups, self._variables, strict=True)]):
+                return tf.constant(True)
+
+        with tf.control_dependencies(tf.nest.flatten(metrics) + [finite_variables]):
+            undone = tf.cond(nonfinite > 0, undo, lambda: tf.constant(False))
+        with tf.control_dependencies([undone]):
+            self.env_steps.assign_add(tf.cast(tf.size(transitions.reward), tf.int64))
         summary = {
             'terminated': transitions.terminated, 'truncated': transitions.truncated,
             'episode_return': transitions.episode_return,
-            'episode_length': transitions.episode_length}
+            'episode_length': transitions.episode_length,
+            'nonfinite': nonfinite, 'nonfinite_envs': bad_observ | bad_reward,
+            'finite_variables': finite_variables}
         return summary, metrics
 
     def _iteration(self, reset):
-        summary, metrics = self._compiled_iteration(tf.constant(reset))
+        """One compiled iteration, redone on fresh environments if they fail (see
+        `on_env_failure`); returns the episode summary and the update's metrics."""
+        while True:
+            vector_env = self._train_env.vector_env
+            vector_env.failure = None
+            try:
+                summary, metrics = self._compiled_iteration(tf.constant(reset))
+                break
+            except tf.errors.OpError as error:
+                failure = vector_env.failure
+                if failure is not None:
+                    self._restart_envs(failure)
+                elif _NONFINITE_ACTION in error.message:
+                    # The rollout ended early; nothing was updated. Start new episodes.
+                    self._on_nonfinite_batch(6, None)
+                    self._train_env.request_reset()
+                else:
+                    raise
+            reset = True
         summary = {name: value.numpy() for name, value in summary.items()}
         metrics = {name: float(value) for name, value in metrics.items()}
-        for name, value in metrics.items():
-            if not np.isfinite(value):
-                raise FloatingPointError(f'PPO update produced a non-finite {name}: {value}')
+        nonfinite = int(summary.pop('nonfinite'))
+        if nonfinite:
+            self._on_nonfinite_batch(nonfinite, summary)
+            metrics = {}
+        else:
+            self._dropped_in_a_row = 0
         return types.SimpleNamespace(**summary), metrics
 
-    def _evaluate_and_save(self, steps, steps_per_sec):
-        returns, lengths = self._evaluate()
-        self._manager.save(checkpoint_number=steps)
-        # The policy of each kept checkpoint, as a SavedModel in <logdir>/policy/<step>/.
-        if getattr(self, '_policy_exporter', None) is None:
-            self._policy_exporter = policy_export.PolicyExporter(
-                self._agent, self._eval_env.observation_space, self._eval_env.action_space)
-        policy_dir = os.path.join(self._logdir, policy_export.POLICY_DIR)
-        self._policy_exporter.export(os.path.join(policy_dir, str(steps)), step=steps,
-                                     config=gin.operative_config_str())
-        policy_export.prune_exports(policy_dir, [
-            int(path.rsplit('-', 1)[-1]) for path in self._manager.checkpoints])
+    def _restart_envs(self, failure):
+        """Rebuilds the training environments after `failure`, or raises EnvironmentFailure."""
+        steps = int(self.env_steps)
+        what = _describe_env_failure(failure)
+        kept = (f'the last checkpoint (step {self._saved_step}) is intact'
+                if self._saved_step is not None else 'no checkpoint was saved yet')
+        if self._on_env_failure == 'stop':
+            raise EnvironmentFailure(
+                f'{what} (in the iteration after step {steps}); the run stopped '
+                '(train.on_env_failure = \'stop\'); '
+                f'{kept}. Rerun the same command to resume.') from failure
+        if self._env_restarts >= self._max_env_restarts:
+            raise EnvironmentFailure(
+                f'{what} (in the iteration after step {steps}), after {self._env_restarts} '
+                'restarts of the training '
+                f'environments since the last checkpoint (train.max_env_restarts = '
+                f'{self._max_env_restarts}); the run stopped; {kept}.') from failure
+        self._env_restarts += 1
+        self._total_env_restarts += 1
+        seed = self._seed + _RESTART_SEED_STRIDE * self._total_env_restarts
+        logging.warning(
+            '%s (in the iteration after step %d). Restarting all %d training environments with '
+            'seed %d (restart %d of at most %d between checkpoints); the episodes in flight were '
+            'dropped and the iteration is redone.', what, steps, len(self._train_env), seed,
+            self._env_restarts, self._max_env_restarts)
+        old = self._train_env.vector_env
+        with contextlib.suppress(Exception):  # It is broken: closing is only tidying up.
+            old.close(terminate=True)
+        try:
+            new = self._make_train_env()
+        except Exception as error:
+            raise EnvironmentFailure(
+                f'{what} (in the iteration after step {steps}), and rebuilding the training '
+                'environments failed: '
+                f'{_first_line(error)}; {kept}.') from error
+        self._train_env.replace_vector_env(new, seed=seed)
+
+    def _on_nonfinite_batch(self, code, summary):
+        """Stops the run, or logs the skipped batch (the update was undone in the graph)."""
+        steps = int(self.env_steps)
+        quantity = NONFINITE_QUANTITIES.get(code, f'quantity {code}')
+        where = ''
+        if summary is None:
+            pass
+        elif code in (1, 2):
+            where = f' {np.flatnonzero(summary["nonfinite_envs"]).tolist()}'
+        elif code == 5:
+            names = [variable.name for variable, finite in zip(
+                self._float_variables, summary['finite_variables'], strict=True) if not finite]
+            where = f' ({", ".join(names[:3])}{" ..." if len(names) > 3 else ""})'
+        if summary is None:  # The rollout itself failed.
+            problem = (f'non-finite {quantity} in the iteration after step {steps}; the rollout '
+                       'stopped before the update')
+        else:
+            problem = (f'non-finite {quantity}{where} in the iteration that ended at step '
+                       f'{steps}; its update was undone')
+        if self._on_nonfinite == 'stop':
+            kept = (f'the last checkpoint (step {self._saved_step}) is intact and stays the '
+                    'latest' if self._saved_step is not None else 'no checkpoint was saved')
+            raise NonFiniteError(
+                f'{problem} and the run stopped; {kept}. To drop such batches and go on, set '
+                'train.on_nonfinite = \'skip\'.')
+        self.skipped_batches += 1
+        self._dropped_in_a_row += 1
+        if self._dropped_in_a_row >= MAX_DROPPED_IN_A_ROW:
+            raise NonFiniteError(
+                f'{problem}; {self._dropped_in_a_row} batches in a row were dropped '
+                f'(train.on_nonfinite = \'skip\'), so the run stopped: the fault does not pass.')
+        logging.warning('%s; the batch was dropped (train.on_nonfinite = \'skip\'; %d so far).',
+                        problem[0].upper() + problem[1:], self.skipped_batches)
+        with self._writing(f'the summaries in {self._logdir}'), \
+                self._writer.as_default(step=steps):
+            tf.summary.scalar('train/skipped_batches', self.skipped_batches)
+
+    def _stop_on_signal(self, signum):
+        """Saves a checkpoint (unless this step has one) and raises Interrupted."""
+        steps = int(self.env_steps)
+        name = signal.Signals(signum).name
+        if not steps:
+            saved = 'nothing to save yet'
+        elif self._saved_step != steps:
+            self._save_checkpoint(steps)
+            saved = f'saved a checkpoint at step {steps}'
+        else:
+            saved = f'the checkpoint of step {steps} is saved'
+        with self._writing(f'the summaries in {self._logdir}'):
+            self._writer.flush()
+        raise Interrupted(signum, steps, f'interrupted by {name} at step {steps}; {saved}. '
+                          'Rerun the same command to resume.')
+
+    @contextlib.contextmanager
+    def _writing(self, what):
+        """Turns a failed write into a WriteError that names `what` and what was kept."""
+        try:
+            yield
+        except (OSError, tf.errors.OpError) as error:
+            if isinstance(error, tf.errors.OpError):
+                reason = _tf_reason(error)
+            else:
+                reason = error.strerror or str(error)
+                if error.filename:
+                    reason = f'{error.filename}: {reason}'
+            kept = (f'the last complete checkpoint (step {self._saved_step}) is intact'
+                    if self._saved_step is not None else 'no checkpoint was saved yet')
+            # Free what the failed write took (e.g. on a full disk).
+            with contextlib.suppress(OSError):
+                recovery.clean_partial_writes(
+                    self._logdir, self._checkpoint_dir, self._policy_dir)
+            raise WriteError(f'cannot write {what}: {reason}. The run stopped; {kept}. Make '
+                             'room or make the logdir writable, then rerun the same command to '
+                             'resume.') from error
+
+    def _save_checkpoint(self, steps):
+        with self._writing(f'the checkpoint of step {steps} to {self._checkpoint_dir}'):
+            self._manager.save(checkpoint_number=steps)
+        self._saved_step = steps
+        self._env_restarts = 0
+
+    def _evaluate_and_save(self, steps, save_checkpoint=True):
+        """Evaluates; writes the checkpoint, the policy, the metrics line and summaries."""
+        returns, lengths = self._evaluate(steps)
+        finite = np.isfinite(returns).all()
+        if not finite:
+            logging.warning('Evaluation at step %d: environments %s ended with a non-finite '
+                            'return; its mean_return and std_return are null.', steps,
+                            np.flatnonzero(~np.isfinite(returns)).tolist())
         record = {
             'step': steps,
-            'mean_return': float(np.mean(returns)),
-            'std_return': float(np.std(returns)),
+            'mean_return': float(np.mean(returns)) if finite else None,
+            'std_return': float(np.std(returns)) if finite else None,
             'episodes': len(returns),
             'mean_length': float(np.mean(lengths)),
-            'env_steps_per_sec': float(steps_per_sec),
+            'env_steps_per_sec': float(self.steps_per_sec),
             'wall_time_s': float(self.wall_time),
         }
-        with open(os.path.join(self._logdir, METRICS_FILE), 'a', encoding='utf-8') as f:
+        if save_checkpoint:
+            self._save_checkpoint(steps)
+        self._export(steps)
+        path = os.path.join(self._logdir, METRICS_FILE)
+        with self._writing(path), open(path, 'a', encoding='utf-8') as f:
             f.write(json.dumps(record) + '\n')
-        with self._writer.as_default(step=steps):
-            tf.summary.scalar('eval/mean_return', record['mean_return'])
-            tf.summary.scalar('eval/std_return', record['std_return'])
-            tf.summary.scalar('eval/mean_length', record['mean_length'])
-        self._writer.flush()
+        with self._writing(f'the summaries in {self._logdir}'):
+            with self._writer.as_default(step=steps):
+                for name in ('mean_return', 'std_return', 'mean_length'):
+                    if record[name] is not None:
+                        tf.summary.scalar(f'eval/{name}', record[name])
+            self._writer.flush()
         return record
 
-    def _evaluate(self):
+    def _export(self, steps):
+        """The policy of the checkpoint of `steps`, as a SavedModel in <logdir>/policy/<step>/;
+        policies of checkpoints no longer kept are deleted."""
+        if self._policy_exporter is None:
+            self._policy_exporter = policy_export.PolicyExporter(
+                self._agent, self._eval_env.observation_space, self._eval_env.action_space)
+        directory = os.path.join(self._policy_dir, str(steps))
+        with self._writing(f'the policy of step {steps} to {directory}'):
+            self._policy_exporter.export(directory, step=steps, config=gin.operative_config_str())
+            policy_export.prune_exports(self._policy_dir, [
+                recovery.checkpoint_step(path) for path in self._manager.checkpoints])
+
+    def _complete_last_save(self, steps, records):
+        """Finishes the save of the restored checkpoint if the previous run was stopped in it.
+
+        A checkpoint of an evaluation step is followed by its policy export and metrics line
+        (`records` holds the lines there are); if the run died in between, the evaluation is
+        redone for the restored weights. Returns the evaluation record this call wrote, if any.
+        """
+        if not steps or not self._eval_due(steps - self._steps_per_iteration, steps):
+            return None
+        if any(record.get('step') == steps for record in records):
+            if not os.path.isdir(os.path.join(self._policy_dir, str(steps))):
+                logging.info('Exporting the policy of step %d, which the previous run did not '
+                             'finish.', steps)
+                self._export(steps)
+            return None
+        logging.warning('Completing the evaluation of step %d: the previous run saved its '
+                        'checkpoint but stopped before logging it.', steps)
+        return self._evaluate_and_save(steps, save_checkpoint=False)
+
+    def _evaluate(self, steps):
         """One episode of the deterministic policy in each evaluation environment."""
         num_envs = len(self._eval_env)
         returns = np.zeros(num_envs)
@@ -318,7 +767,16 @@ class TrainingRun:
         finished = np.zeros(num_envs, bool)
         reset = True
         while not finished.all():
-            summary = self._eval_rollout(tf.constant(reset))
+            try:
+                summary = self._eval_rollout(tf.constant(reset))
+            except tf.errors.OpError as error:
+                if _NONFINITE_ACTION not in error.message:
+                    raise
+                self._eval_env.request_reset()
+                raise NonFiniteError(
+                    f'non-finite {NONFINITE_QUANTITIES[6]} in the evaluation at step {steps}; '
+                    f'the run stopped before saving step {steps}; the last checkpoint (step '
+                    f'{self._saved_step}) is intact.') from None
             reset = False
             done = (summary['terminated'] | summary['truncated']).numpy()
             episode_return = summary['episode_return'].numpy()
@@ -341,10 +799,69 @@ class TrainingRun:
         remaining = max(self._total_steps - steps, 0)
         eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
         train_return = f'{np.mean(episode_returns):.1f}' if episode_returns else 'n/a'
-        eval_return = f'{latest["mean_return"]:.1f}' if latest else 'n/a'
+        eval_return = _format_return(latest['mean_return']) if latest else 'n/a'
         logging.info('step %d/%d | %.0f env steps/s | ETA %s | train return %s | eval return %s',
                      steps, self._total_steps, steps_per_sec, _format_seconds(eta), train_return,
                      eval_return)
+
+
+class _SignalFlag:
+    """Turns SIGTERM and SIGINT into a flag that the training loop checks between iterations.
+
+    The first signal asks the loop to save a checkpoint and stop; handlers are then restored,
+    so a second signal acts at once. Only the main thread can install handlers; elsewhere
+    (e.g. a test runner's thread) signals keep their usual effect.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.signum = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        del frame
+        self.signum = signum
+        self._restore()
+        logging.warning('Received %s: stopping after the current iteration with a checkpoint '
+                        '(send it again to stop at once).', signal.Signals(signum).name)
+
+    def _restore(self):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def __exit__(self, *unused_exc_info):
+        self._restore()
+
+
+def _describe_env_failure(error):
+    """'Environment 3 failed in step: ...' or 'BatchEnv worker process 1 (pid 9) hosting envs
+    [4, 5] died unexpectedly (killed by SIGKILL)': the first line of the error, no advice."""
+    text = _first_line(error).split('; the batch is closed')[0].rstrip('.')
+    return f'Training environment failure: {text}'
+
+
+def _tf_reason(error):
+    """The gist of a TensorFlow error: its first line without the op's decorations."""
+    text = re.sub(r'\{\{[^}]*\}\}\s*', '', _first_line(error))
+    return re.sub(r'\s*\[Op:\w+\]', '', text).strip()
+
+
+def _first_line(error):
+    message = getattr(error, 'message', None) or str(error)
+    lines = message.strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _format_return(value):
+    return 'n/a' if value is None else f'{value:.1f}'
 
 
 def _format_seconds(seconds):

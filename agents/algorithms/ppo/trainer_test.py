@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms.ppo import trainer
+from agents.algorithms.ppo import networks, trainer
 from agents.scripts import run_config
 
 # Small and fast: Pendulum with its usual short-horizon PPO settings.
@@ -94,6 +94,51 @@ class TrainerTest(absltest.TestCase):
     def test_bad_budget(self):
         with self.assertRaisesRegex(run_config.ConfigError, 'total_steps must be a positive'):
             trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1', total_steps=-5)
+
+    def test_bad_fault_policies_and_seed(self):
+        for arguments, message in (
+                (dict(on_env_failure='retry'), "train.on_env_failure must be one of 'restart', "
+                 "'stop'; got 'retry'"),
+                (dict(on_nonfinite='ignore'), "train.on_nonfinite must be one of 'stop', 'skip'"),
+                (dict(max_env_restarts=-1), 'train.max_env_restarts must be a non-negative'),
+                (dict(seed=-3), 'train.seed must be a non-negative integer, got -3'),
+                (dict(num_envs=True), 'train.num_envs must be a positive integer, got True')):
+            with self.assertRaisesRegex(run_config.ConfigError, message):
+                trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1',
+                              total_steps=64, **arguments)
+
+    def test_policy_that_does_not_fit_the_action_space(self):
+        gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
+        with self.assertRaisesRegex(run_config.ConfigError, 'FeedForwardCategoricalPolicy acts '
+                                    'with int32 actions but .* is continuous'):
+            trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1', total_steps=64)
+
+    def test_nothing_is_written_before_run(self):
+        logdir = os.path.join(self.create_tempdir().full_path, 'run')
+        with trainer.training_run(logdir, env_id='Pendulum-v1', total_steps=64, num_envs=2,
+                                  rollout_length=32, env_mode='in_process') as run:
+            run.check()  # Traces the graphs: mistakes found there are ConfigErrors.
+        self.assertFalse(os.path.exists(logdir))
+
+    def test_graph_mistakes_are_config_errors(self):
+        gin.bind_parameter('PPO.num_minibatches', 1000)
+        with trainer.training_run(self.create_tempdir().full_path, env_id='Pendulum-v1',
+                                  total_steps=64, num_envs=2, rollout_length=32,
+                                  env_mode='in_process') as run:
+            with self.assertRaisesRegex(run_config.ConfigError, 'does not build a training '
+                                        'graph: num_minibatches=1000 exceeds the 64'):
+                run.check()
+
+    def test_evaluations_fall_where_an_uninterrupted_run_puts_them(self):
+        config = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=64,
+                      env_mode='in_process', eval_every_steps=300, eval_episodes=1, seed=3)
+        uninterrupted, resumed = (self.create_tempdir().full_path for _ in range(2))
+        trainer.train(uninterrupted, total_steps=1280, **config)
+        trainer.train(resumed, total_steps=640, **config)
+        trainer.train(resumed, total_steps=1280, **config)
+        # 128 steps per iteration: the first past each multiple of 300, and the last.
+        for logdir in (uninterrupted, resumed):
+            self.assertEqual([m['step'] for m in read_metrics(logdir)], [384, 640, 1024, 1280])
 
 
 if __name__ == '__main__':

@@ -1,0 +1,121 @@
+"""The bad-input catalogue of docs/errors.md, row by row, through the real binaries.
+
+Each row of the table there is one test: its command runs as a subprocess in a fresh directory
+with fixtures for the placeholders; it must exit non-zero with the row's message in its output
+and leave every fixture and the directory as they were. The table is parsed from the document,
+so the document cannot drift from the behaviour.
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+
+from absl.testing import absltest, parameterized
+
+from agents.reliability import harness
+from agents.scripts import run_config, testing_utils
+
+CATALOGUE = os.path.join(harness.ROOT, 'docs', 'errors.md')
+TESTDATA = os.path.join(harness.ROOT, 'agents', 'reliability', 'testdata')
+MODULES = {
+    'train': 'agents.scripts.train', 'evaluate': 'agents.scripts.evaluate',
+    'export': 'agents.scripts.export', 'visualize': 'agents.scripts.visualize',
+    'sweep': 'pipelines.sweep', 'report': 'pipelines.report',
+}
+HEADER = '| id | mistake | command | message |'
+MINIMUM_ROWS = 20
+
+
+def read_catalogue(path=CATALOGUE):
+    """The rows of the table: dicts of id, mistake, command and message (without backticks)."""
+    with open(path, encoding='utf-8') as f:
+        lines = f.read().splitlines()
+    start = lines.index(HEADER) + 2  # Past the header and its rule.
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith('|'):
+            break
+        cells = [cell.strip() for cell in line.strip().strip('|').split(' | ')]
+        if len(cells) != 4:
+            raise ValueError(f'{path}: a row needs 4 cells: {line}')
+        identifier, mistake, command, message = cells
+        if not (command.startswith('`') and command.endswith('`') and
+                message.startswith('`') and message.endswith('`')):
+            raise ValueError(f'{path}: command and message must be `code`: {line}')
+        rows.append({'id': identifier, 'mistake': mistake, 'command': command[1:-1],
+                     'message': message[1:-1]})
+    return rows
+
+
+ROWS = read_catalogue()
+
+
+class CatalogueTest(absltest.TestCase):
+
+    def test_catalogue_is_complete_and_well_formed(self):
+        self.assertGreaterEqual(len(ROWS), MINIMUM_ROWS)
+        ids = [row['id'] for row in ROWS]
+        self.assertEqual(len(ids), len(set(ids)), 'ids repeat')
+        for row in ROWS:
+            self.assertRegex(row['id'], r'^[a-z_]+$')
+            self.assertIn(shlex.split(row['command'])[0], MODULES, row['id'])
+            self.assertNotEmpty(row['message'], row['id'])
+
+
+class BadInputTest(parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.cwd = self.create_tempdir('cwd').full_path
+        fixtures = self.create_tempdir('fixtures')
+        self.file = fixtures.create_file('file', 'not a directory').full_path
+        self.foreign = os.path.join(fixtures.full_path, 'foreign')
+        os.makedirs(self.foreign)
+        with open(os.path.join(self.foreign, 'notes.txt'), 'w') as f:
+            f.write('mine')
+        self.run_dir = os.path.join(fixtures.full_path, 'run')
+        run_config.prepare_logdir(self.run_dir, "train.env_id = 'Pendulum-v1'\n")
+        with open(os.path.join(self.run_dir, run_config.OPERATIVE_CONFIG_FILE), 'w') as f:
+            f.write("train.env_id = 'Pendulum-v1'\ntrain.total_steps = 1000\n")
+        self.other_run = os.path.join(fixtures.full_path, 'other_run')
+        run_config.prepare_logdir(self.other_run, "train.env_id = 'CartPole-v1'\n")
+        with open(os.path.join(self.other_run, 'metrics.jsonl'), 'w') as f:
+            f.write('{"step": 512, "mean_return": 20.0}\n')
+        self.locked = os.path.join(fixtures.full_path, 'locked')
+        self.lock = run_config.lock_logdir(self.locked)  # Held by this process.
+        self.addCleanup(self.lock.release)
+        self.fixtures = fixtures.full_path
+        self.placeholders = {
+            'file': self.file, 'foreign': self.foreign, 'run': self.run_dir,
+            'other_run': self.other_run, 'locked': self.locked, 'holder': str(os.getpid()),
+            'missing': os.path.join(fixtures.full_path, 'missing'), 'testdata': TESTDATA,
+        }
+
+    def fill(self, text):
+        for name, value in self.placeholders.items():
+            text = text.replace(f'{{{name}}}', value)
+        return text
+
+    @parameterized.named_parameters((row['id'], row) for row in ROWS)
+    def test_row(self, row):
+        tool, *args = shlex.split(self.fill(row['command']))
+        before = testing_utils.snapshot(self.fixtures)
+        result = subprocess.run(
+            [sys.executable, '-m', MODULES[tool], *args], capture_output=True, text=True,
+            timeout=300, cwd=self.cwd, stdin=subprocess.DEVNULL,
+            env=harness.environment(BUILD_WORKING_DIRECTORY=self.cwd), check=False)
+        output = result.stdout + result.stderr
+        self.assertNotEqual(result.returncode, 0, output[-3000:])
+        message = self.fill(row['message'])
+        self.assertIn(message, output, f'{row["id"]}: {output[-3000:]}')
+        self.assertNotIn('Traceback', output)
+        after = testing_utils.snapshot(self.fixtures)
+        self.assertEqual(sorted(after), sorted(before), 'files appeared or vanished')
+        for name, content in before.items():
+            self.assertEqual(after[name], content, f'{name} changed')
+        self.assertEqual(os.listdir(self.cwd), [], 'the command left files behind')
+
+
+if __name__ == '__main__':
+    absltest.main()

@@ -1,0 +1,213 @@
+"""Drives the real binaries for the fault-injection tests: start, watch, kill, inspect.
+
+Every binary runs as `python -m agents.scripts.<name>` in a session of its own (so a kill can
+take its environment workers along), with its output in a log file the test can watch while it
+runs. Waits poll a condition with a deadline; nothing sleeps for a state.
+"""
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from agents.algorithms.ppo import recovery, trainer
+from agents.reliability import faulty_envs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAULTY_ENV_ID = faulty_envs.ENV_ID
+PROGRESS = re.compile(r'\] step (\d+)/(\d+) \|')
+
+
+def environment(**extra):
+    """The binaries' environment: this tree importable, output unbuffered, quiet TF."""
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
+    env.update(extra)
+    return env
+
+
+def command(binary, *args):
+    return [sys.executable, '-m', f'agents.scripts.{binary}', *args]
+
+
+def bindings(**values):
+    """`--gin_bindings` flags from `name=value` pairs ('__' stands for '.')."""
+    return [f'--gin_bindings={name.replace("__", ".")} = {value!r}'
+            for name, value in values.items()]
+
+
+def run(binary, *args, timeout=300, cwd=None, env=None):
+    """Runs a binary to its end; returns the CompletedProcess (text output)."""
+    return subprocess.run(command(binary, *args), capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env or environment(),
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+def wait_for(condition, timeout, what, interval=0.05, process=None):
+    """Polls `condition()` until it is truthy (returned) or `timeout` s pass (AssertionError).
+
+    With `process` (a Binary), also fails as soon as the process ends, since the state it was
+    to reach will not come.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f'{what}: the process ended first (exit {process.returncode})'
+                                 f'\n{process.output()[-3000:]}')
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out after {timeout} s waiting for {what}')
+        time.sleep(interval)
+
+
+class Binary:
+    """A binary running in the background in its own session, its output in `log_path`."""
+
+    def __init__(self, binary, *args, log_path, cwd=None, env=None):
+        self.log_path = log_path
+        self._log = open(log_path, 'ab')  # Closed when the process is reaped.
+        self.process = subprocess.Popen(
+            command(binary, *args), stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, cwd=cwd, env=env or environment(),
+            start_new_session=True)
+        self.pid = self.process.pid
+
+    @property
+    def returncode(self):
+        return self.process.returncode
+
+    def poll(self):
+        return self.process.poll()
+
+    def output(self):
+        with open(self.log_path, encoding='utf-8', errors='replace') as f:
+            return f.read()
+
+    def progress(self):
+        """The last training step the binary logged, or None."""
+        steps = PROGRESS.findall(self.output())
+        return int(steps[-1][0]) if steps else None
+
+    def signal(self, signum, group=False):
+        """Sends `signum` to the binary (with `group`, to its whole session)."""
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(self.pid, signum)
+            else:
+                os.kill(self.pid, signum)
+
+    def kill(self):
+        """SIGKILL to the binary and everything it started; returns once it is reaped."""
+        self.signal(signal.SIGKILL, group=True)
+        return self.wait(60)
+
+    def wait(self, timeout):
+        try:
+            return self.process.wait(timeout)
+        finally:
+            if self.process.returncode is not None:
+                # Reap what it started (environment workers), as a supervisor would.
+                self.signal(signal.SIGKILL, group=True)
+                self._log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *unused_exc_info):
+        if self.process.poll() is None:
+            self.kill()
+        self.signal(signal.SIGKILL, group=True)
+        self._log.close()
+
+
+def checkpoint_dir(logdir):
+    return os.path.join(logdir, trainer.CHECKPOINT_DIR)
+
+
+def checkpoint_state(logdir):
+    """(steps the state file names, oldest first; the latest step), or ([], None)."""
+    import tensorflow as tf  # Only the tests that look into checkpoints pay for the import.
+    state = tf.train.get_checkpoint_state(checkpoint_dir(logdir))
+    if state is None:
+        return [], None
+    steps = [recovery.checkpoint_step(path) for path in state.all_model_checkpoint_paths]
+    return steps, recovery.checkpoint_step(state.model_checkpoint_path)
+
+
+def checkpoint_problem(logdir, step):
+    return recovery.checkpoint_problem(os.path.join(checkpoint_dir(logdir), f'ckpt-{step}'))
+
+
+def metrics(logdir, complete_only=True):
+    """The evaluation records of metrics.jsonl (skipping a cut last line if `complete_only`)."""
+    path = os.path.join(logdir, trainer.METRICS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    lines = text.split('\n')
+    if complete_only:
+        lines = lines[:-1]  # After the last newline: empty, or a line cut short.
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def leftovers(logdir):
+    """Temporary files of interrupted writes under `logdir`."""
+    found = []
+    for parent, directories, files in os.walk(logdir):
+        for name in directories + files:
+            if re.search(r'_temp$|\.partial-|\.old-|\.tmp', name):
+                found.append(os.path.relpath(os.path.join(parent, name), logdir))
+    return found
+
+
+def lock_holder(logdir):
+    """The holder record of the logdir's lock file, or None."""
+    try:
+        with open(os.path.join(logdir, '.lock'), encoding='utf-8') as f:
+            return json.loads(f.read() or 'null')
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def small_run(logdir, env_id=None, **overrides):
+    """Flags of a short Pendulum run into `logdir`: 4 environments x 128 steps per iteration,
+    an evaluation and checkpoint every iteration (512 steps), 2048 steps in all.
+
+    `overrides` are more bindings ('__' for '.'); `env_id` replaces Pendulum-v1 (e.g. by
+    FAULTY_ENV_ID, then with `train__env_kwargs`).
+    """
+    values = dict(train__env_mode='in_process', train__num_envs=4, train__rollout_length=128,
+                  train__total_steps=2048, train__eval_every_steps=512, train__eval_episodes=2,
+                  train__log_every_secs=0.001, PPO__num_minibatches=4, PPO__num_epochs=2)
+    if env_id:
+        values['train__env_id'] = env_id
+    values.update(overrides)
+    return ['--gin_file=configs/pendulum.gin', f'--logdir={logdir}', *bindings(**values)]
+
+
+def mount_namespace():
+    """The command prefix that runs a command in a private mount namespace where it may mount
+    (as root of a user namespace, or as root), and why not when there is none: (prefix, reason).
+    """
+    import tempfile
+    problems = []
+    with tempfile.TemporaryDirectory() as directory:
+        for prefix in (['unshare', '--user', '--map-root-user', '--mount'],
+                       ['unshare', '--mount']):
+            try:
+                result = subprocess.run(
+                    [*prefix, 'mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', directory],
+                    capture_output=True, text=True, timeout=60, check=False)
+            except OSError as error:
+                problems.append(f'{" ".join(prefix)}: {error}')
+                continue
+            if result.returncode == 0:
+                return prefix, None
+            problems.append(f'{" ".join(prefix)}: {result.stderr.strip()}')
+    return None, '; '.join(problems)

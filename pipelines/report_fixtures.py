@@ -1,0 +1,153 @@
+"""Run logdirs for the report's tests: synthesized like the trainer writes them, and damaged.
+
+A synthetic run has the files of a real one (operative_config.gin, metrics.jsonl, TF2 event
+files, an exported policy) with chosen returns, so tests know every number the report must
+show. The exported policy is copied from one tiny real training run (`train_tiny_policy`),
+since only a trained agent can be exported.
+"""
+
+import json
+import os
+import shutil
+
+DEFAULT_BINDINGS = {
+    'FeedForwardGaussianPolicy.hidden_sizes': '(64, 64)',
+    'PPO.clip_ratio': '0.2',
+    'PPO.learning_rate': '0.001',
+    'PPO.policy_network': '@FeedForwardGaussianPolicy',
+    'train.env_id': "'Pendulum-v1'",
+    'train.seed': '0',
+    'train.total_steps': '2048',
+    'train.wrappers': "('range_normalize', 'ClipAction')",
+}
+
+
+def operative_config(bindings):
+    """Gin text laid out as gin's `operative_config_str` writes it."""
+    by_configurable = {}
+    for name, value in sorted(bindings.items()):
+        configurable, _ = name.rsplit('.', 1)
+        by_configurable.setdefault(configurable, []).append(f'{name} = {value}')
+    sections = []
+    for configurable, lines in by_configurable.items():
+        sections.append(f'# Parameters for {configurable}:\n# {"=" * 78}\n' + '\n'.join(lines))
+    return '\n\n'.join(sections) + '\n'
+
+
+def make_run(logdir, returns, steps=None, seed=0, bindings=None, train_returns=None,
+             metrics=True, events=True, config=True, policy=None):
+    """Writes a run that evaluated to `returns` at `steps` (default 256, 512, ...).
+
+    Args:
+      bindings: overrides of `DEFAULT_BINDINGS` (value texts as gin writes them).
+      train_returns: training-episode returns logged at the same steps (default none).
+      metrics, events, config: whether to write metrics.jsonl, event files, the gin file.
+      policy: an exported policy directory to copy as the run's latest export.
+
+    Returns:
+      `logdir`.
+    """
+    os.makedirs(logdir, exist_ok=True)
+    steps = list(steps or [256 * (i + 1) for i in range(len(returns))])
+    if config:
+        values = dict(DEFAULT_BINDINGS, **{'train.seed': str(seed)}, **(bindings or {}))
+        with open(os.path.join(logdir, 'operative_config.gin'), 'w', encoding='utf-8') as f:
+            f.write(operative_config(values))
+    if metrics:
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'w', encoding='utf-8') as f:
+            for step, value in zip(steps, returns, strict=True):
+                f.write(json.dumps({'step': step, 'mean_return': value, 'std_return': 0.0,
+                                    'episodes': 1, 'mean_length': 200.0}) + '\n')
+    if events:
+        write_events(logdir, steps, returns, train_returns)
+    if policy:
+        shutil.copytree(policy, os.path.join(logdir, 'policy', str(steps[-1])))
+    return logdir
+
+
+def write_events(logdir, steps, returns, train_returns=None):
+    """TF2 summaries as the trainer writes them; returns the event file's path."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(logdir)
+    with writer.as_default():
+        for index, step in enumerate(steps):
+            tf.summary.scalar('train/loss', 0.1, step=step)
+            if train_returns is not None:
+                tf.summary.scalar('train/episode_return', train_returns[index], step=step)
+            tf.summary.scalar('eval/mean_return', returns[index], step=step)
+    writer.close()
+    return event_files(logdir)[-1]
+
+
+def event_files(logdir):
+    return sorted(os.path.join(logdir, name) for name in os.listdir(logdir)
+                  if name.startswith('events.out.tfevents.'))
+
+
+def truncate(path, num_bytes):
+    """Cuts the last `num_bytes` bytes off a file, as a crash mid-write leaves it."""
+    size = os.path.getsize(path)
+    with open(path, 'r+b') as f:
+        f.truncate(size - num_bytes)
+
+
+def corrupt(path, offset):
+    """Flips the bits of one byte, as a bad disk would."""
+    with open(path, 'r+b') as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def train_tiny_policy(directory):
+    """Trains the tiny run of agents/scripts/testing_utils.py; returns its latest policy dir."""
+    from agents.scripts import testing_utils
+
+    testing_utils.train_tiny_run(directory)
+    return os.path.join(directory, 'policy', '512')
+
+
+# Final evaluation returns of the synthetic sweep, by learning rate and seed.
+SWEEP_FINALS = {'0.001': [-150.0, -170.0, -160.0], '0.01': [-400.0, -300.0, -350.0]}
+EVIL_RUN = 'extra/<script>alert(1)</script>'
+
+
+def make_sweep(root, policy, damaged=True):
+    """A sweep's output as pipelines/sweep.py writes it: trials.jsonl and trials/<id>/.
+
+    Two learning rates x three seeds (`SWEEP_FINALS`), each run with 3 evaluations, training
+    returns, and a copy of `policy`. With `damaged`, also what the report must survive:
+    a failed trial without a logdir, a run without any evaluation, a truncated event file
+    (lr 0.01, seed 1), a corrupt metrics.jsonl line (lr 0.001, seed 2), a run without event
+    files (lr 0.01, seed 2), no exported policy for the best run of lr 0.01 (seed 1), and
+    outside the sweep a run of lr 0.001 (seed 5, final -165, no policy) named `EVIL_RUN`.
+    """
+    records = []
+    for lr, finals in SWEEP_FINALS.items():
+        for seed, final in enumerate(finals):
+            trial_id = f'lr{lr}-s{seed}'
+            returns = [-1200.0, (final - 1200.0) / 2, final]
+            make_run(os.path.join(root, 'trials', trial_id), returns, seed=seed,
+                     bindings={'PPO.learning_rate': lr}, policy=policy,
+                     train_returns=[value - 50 for value in returns])
+            records.append({'id': trial_id, 'bindings': {'PPO.learning_rate': float(lr)},
+                            'seed': seed, 'status': 'ok', 'final_return': final,
+                            'best_return': final, 'env_steps': 768, 'wall_time_s': 1.0,
+                            'error': None})
+    if damaged:
+        records.append({'id': 'lr0.1-s0', 'bindings': {'PPO.learning_rate': 0.1}, 'seed': 0,
+                        'status': 'failed', 'error': 'FloatingPointError: non-finite loss'})
+        trials = os.path.join(root, 'trials')
+        truncate(event_files(os.path.join(trials, 'lr0.01-s1'))[0], 10)
+        with open(os.path.join(trials, 'lr0.001-s2', 'metrics.jsonl'), 'a') as f:
+            f.write('{"step": 1024, "mean_re\n')
+        for path in event_files(os.path.join(trials, 'lr0.01-s2')):
+            os.remove(path)
+        shutil.rmtree(os.path.join(trials, 'lr0.01-s1', 'policy'))
+        make_run(os.path.join(root, EVIL_RUN), [-1100.0, -165.0], seed=5)
+        make_run(os.path.join(root, 'extra', 'no-evaluations'), [], metrics=False, events=False)
+    with open(os.path.join(root, 'trials.jsonl'), 'w', encoding='utf-8') as f:
+        f.write(''.join(json.dumps(record) + '\n' for record in records))
+    return root

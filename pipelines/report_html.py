@@ -1,0 +1,63 @@
+"""Writes the report's pages: `index.html`, one page per run, and `report.json`.
+
+Pages come from the jinja2 templates in `templates/` with autoescaping on: run names, paths and
+gin values are text, whatever characters they hold (a run named `<script>` shows as such). A
+Content-Security-Policy in every page allows nothing but the report folder's own images and
+videos, so the report is self-contained and runs no script. `report.json` is the data the pages
+show, every number at full precision; the pages round them with `format_number`.
+"""
+
+import functools
+import json
+import math
+import os
+import posixpath
+
+import jinja2
+
+from agents.scripts import run_config
+
+TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'templates')
+REPORT_FILE = 'report.json'
+INDEX_FILE = 'index.html'
+
+
+def format_number(value):
+    """How the pages show a number: one decimal, three significant digits below 1."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return '—'
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return f'{value:.1f}' if abs(value) >= 1 else f'{value:.3g}'
+
+
+@functools.cache
+def environment():
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True,
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters['num'] = format_number
+    env.filters['basename'] = posixpath.basename
+    return env
+
+
+def render_index(report):
+    runs_by_id = {run['id']: run for run in report['runs']}
+    return environment().get_template('index.html.j2').render(report=report,
+                                                               runs_by_id=runs_by_id)
+
+
+def render_run(report, run):
+    configs = {config['id']: config for config in report['configurations']}
+    return environment().get_template('run.html.j2').render(
+        report=report, run=run, config=configs.get(run['config']))
+
+
+def write_report(report, directory):
+    """Writes report.json, index.html and runs/*.html into `directory` (which must exist)."""
+    os.makedirs(os.path.join(directory, 'runs'), exist_ok=True)
+    for run in report['runs']:
+        run_config.write_atomic(os.path.join(directory, run['page']), render_run(report, run))
+    run_config.write_atomic(os.path.join(directory, REPORT_FILE),
+                            json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + '\n')
+    run_config.write_atomic(os.path.join(directory, INDEX_FILE), render_index(report))

@@ -1,0 +1,407 @@
+"""Training runs read back from their logdirs, tolerating whatever a crash or a disk left behind.
+
+A run logdir (see the README's table) is a directory holding `operative_config.gin` (or the
+`config.gin` written before training starts), `metrics.jsonl` or TensorBoard event files. From
+it this module reads
+
+- the gin bindings, parsed with gin's own parser, as `{'PPO.learning_rate': '0.001', ...}` (the
+  value as written); runs whose bindings differ only in the seed form one configuration;
+- the evaluation curve: `metrics.jsonl` lines (a line that is not JSON or lacks a finite
+  `mean_return` is skipped and reported), or the `eval/mean_return` summaries when that file
+  gives nothing;
+- the training-episode returns from the event files (TF2 writes scalars as tensors); a
+  truncated or corrupt file is read up to the damage, which is reported;
+- the latest exported policy, for the evaluation video.
+
+Nothing here raises for a damaged run: what could not be read becomes `Run.problems` (the run
+is still used) or `Run.error` (the run is skipped), each a sentence naming the file.
+
+A sweep's `trials.jsonl` (pipelines/sweep.py) adds each trial's status, seed and bindings; a
+trial the sweep recorded as failed is skipped with its error.
+"""
+
+import ast
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import re
+import tokenize
+from typing import Any
+
+import gin
+import numpy as np
+from gin import config_parser
+from tensorboard.compat.proto import types_pb2
+
+from agents.scripts import run_config
+
+CONFIG_FILES = (run_config.OPERATIVE_CONFIG_FILE, run_config.CONFIG_FILE)
+METRICS_FILE = 'metrics.jsonl'  # As agents/algorithms/ppo/trainer.py writes it.
+POLICY_DIR = 'policy'  # As agents/algorithms/ppo/policy_export.py exports to it.
+EVENTS_PATTERN = 'events.out.tfevents.*'
+TRIALS_FILE = 'trials.jsonl'
+EVAL_TAG = 'eval/mean_return'
+TRAIN_RETURN_TAG = 'train/episode_return'
+SEED_BINDING = 'train.seed'
+
+
+@dataclasses.dataclass
+class Run:
+    """What was read of one run; `error` set means it cannot be used."""
+    run_id: str
+    logdir: str
+    bindings: dict = dataclasses.field(default_factory=dict)
+    config_key: str = ''
+    seed: Any = None
+    eval_steps: list = dataclasses.field(default_factory=list)
+    eval_returns: list = dataclasses.field(default_factory=list)
+    train_steps: list = dataclasses.field(default_factory=list)
+    train_returns: list = dataclasses.field(default_factory=list)
+    policy_dir: Any = None
+    problems: list = dataclasses.field(default_factory=list)
+    error: Any = None
+
+    @property
+    def final_return(self):
+        return self.eval_returns[-1] if self.eval_returns else None
+
+    @property
+    def best_return(self):
+        return max(self.eval_returns) if self.eval_returns else None
+
+    @property
+    def env_steps(self):
+        return max(self.eval_steps[-1:] + self.train_steps[-1:], default=None)
+
+
+@dataclasses.dataclass
+class Discovery:
+    """The runs under an input directory, with their sweep records (None outside sweeps)."""
+    runs: list  # [(logdir, trial record or None)], sorted by logdir.
+    missing: list  # [Run] of sweep trials without a logdir, each with its `error`.
+    problems: list  # Sentences about unreadable sweep files.
+
+
+def is_run_dir(path, names=None):
+    names = os.listdir(path) if names is None else names
+    return any(name in CONFIG_FILES or name == METRICS_FILE or
+               fnmatch.fnmatch(name, EVENTS_PATTERN) for name in names)
+
+
+def run_id_of(logdir, root):
+    """The run's name in the report: its path under the input directory."""
+    relative = os.path.relpath(logdir, root)
+    return os.path.basename(os.path.abspath(root)) if relative == '.' else relative.replace(
+        os.sep, '/')
+
+
+def find_runs(root, exclude=()):
+    """Every run logdir under `root` (not looking inside runs, nor in hidden or `exclude` dirs).
+
+    Raises:
+      NotADirectoryError: `root` is not a directory.
+    """
+    if not os.path.isdir(root):
+        raise NotADirectoryError(f'input {root} is not a directory')
+    root = os.path.abspath(root)
+    exclude = {os.path.abspath(path) for path in exclude}
+    logdirs, trial_files = [], []
+    for parent, directories, names in os.walk(root):
+        if TRIALS_FILE in names:
+            trial_files.append(os.path.join(parent, TRIALS_FILE))
+        if is_run_dir(parent, names):
+            logdirs.append(parent)
+            directories[:] = []
+            continue
+        directories[:] = sorted(
+            name for name in directories if not name.startswith('.') and
+            os.path.join(parent, name) not in exclude)
+    trials, problems = {}, []
+    for path in trial_files:
+        found, file_problems = _read_trials(path)
+        trials.update(found)
+        problems += file_problems
+    runs = [(logdir, trials.pop(logdir, None)) for logdir in sorted(logdirs)]
+    missing = []
+    for logdir, record in sorted(trials.items()):
+        missing.append(Run(run_id_of(logdir, root), logdir, error=(
+            f'the sweep lists trial {record.get("id")!r} (status {record.get("status")!r}'
+            f'{_trial_error_suffix(record)}) but its logdir {logdir} holds no run')))
+    return Discovery(runs, missing, problems)
+
+
+def _trial_error_suffix(record):
+    return f': {record["error"]}' if record.get('error') else ''
+
+
+def _read_trials(path):
+    """{logdir: last record} of a sweep's trials.jsonl, and the lines that could not be read."""
+    base = os.path.dirname(path)
+    trials, problems = {}, []
+    for number, record, problem in _json_lines(path):
+        if problem:
+            problems.append(f'{path} {problem}')
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get('id'), str):
+            problems.append(f'{path} line {number}: not a trial record with an "id"')
+            continue
+        candidates = [os.path.join(base, 'trials', record['id']), os.path.join(base, record['id'])]
+        if isinstance(record.get('logdir'), str):
+            candidates.insert(0, os.path.join(base, record['logdir']))
+        logdir = next((c for c in candidates if os.path.isdir(c)), candidates[0])
+        trials[os.path.abspath(logdir)] = record
+    return trials, problems
+
+
+def _json_lines(path):
+    """Yields (line number, parsed object or None, problem or None) of a JSON-lines file."""
+    with open(path, encoding='utf-8', errors='replace') as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line), None
+            except json.JSONDecodeError as error:
+                yield number, None, f'line {number}: not JSON ({error.msg})'
+
+
+def parse_bindings(text):
+    """`{'Configurable.parameter': value text}` of a gin file's bindings.
+
+    Raises:
+      ValueError: the text is not valid gin, naming the line.
+    """
+    lines = text.splitlines()
+    statements = []
+    try:
+        for statement in config_parser.ConfigParser(text, gin.config.ParserDelegate(True)):
+            statements.append(statement)
+    except SyntaxError as error:
+        raise ValueError(f'line {error.lineno}: cannot parse {(error.text or "").strip()!r}'
+                         ) from error
+    except tokenize.TokenError as error:
+        message, (line, _) = error.args
+        raise ValueError(f'line {line}: {message}') from error
+    except Exception as error:  # Gin raises many types; all mean unusable gin.
+        raise ValueError(' '.join(str(error).split()) or type(error).__name__) from error
+    starts = [statement.location.line_num for statement in statements] + [len(lines) + 1]
+    bindings = {}
+    for statement, end in zip(statements, starts[1:], strict=True):
+        if not isinstance(statement, config_parser.BindingStatement):
+            continue
+        name = '.'.join(part for part in (statement.selector, statement.arg_name) if part)
+        if statement.scope:
+            name = f'{statement.scope}/{name}'
+        source = [line for line in lines[statement.location.line_num - 1:end - 1]
+                  if line.strip() and not line.lstrip().startswith('#')]
+        value = '\n'.join(source).split('=', 1)[1]
+        bindings[name] = ' '.join(value.split())
+    return bindings
+
+
+def literal(text):
+    """The Python value of a binding's text, or the text itself if it is not a literal."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def config_key(bindings, ignore=(SEED_BINDING,)):
+    """A stable id of a configuration: its bindings but `ignore`d ones (the seed)."""
+    kept = sorted((name, value) for name, value in bindings.items() if name not in ignore)
+    return 'c' + hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:10]
+
+
+def read_metrics(path):
+    """(steps, returns, problems) of a `metrics.jsonl`, skipping unusable lines."""
+    steps, returns, problems = [], [], []
+    for number, record, problem in _json_lines(path):
+        if problem:
+            problems.append(f'{METRICS_FILE} {problem}')
+            continue
+        step = record.get('step') if isinstance(record, dict) else None
+        value = record.get('mean_return') if isinstance(record, dict) else None
+        if (not isinstance(step, int) or isinstance(value, bool) or
+                not isinstance(value, (int, float)) or not math.isfinite(value)):
+            problems.append(f'{METRICS_FILE} line {number}: no integer "step" and finite '
+                            '"mean_return"')
+            continue
+        steps.append(step)
+        returns.append(float(value))
+    return steps, returns, problems
+
+
+def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
+    """({tag: (steps, values)}, problems) of TensorBoard event files, up to any damage.
+
+    TF2's `tf.summary.scalar` stores each value as a tensor, TF1 as a `simple_value`; both are
+    read. A truncated or corrupt file keeps the events before the damage.
+    """
+    from tensorboard.compat.proto import event_pb2
+
+    scalars = {tag: {} for tag in tags}
+    problems = []
+    for path in paths:
+        records, damage = _records(path)
+        try:
+            for record in records:
+                event = event_pb2.Event.FromString(record)
+                for value in event.summary.value:
+                    if value.tag in scalars:
+                        number = _scalar(value)
+                        if number is not None:
+                            scalars[value.tag][event.step] = number
+        except Exception as error:  # A record that is not an Event, a tensor of no number...
+            damage = f'{type(error).__name__}: {error}'
+        if damage:
+            problems.append(f'{os.path.basename(path)} is damaged ({damage}); read the '
+                            f'{len(records)} events before it')
+    result = {}
+    for tag, values in scalars.items():
+        steps = sorted(step for step in values if math.isfinite(values[step]))
+        result[tag] = (steps, [values[step] for step in steps])
+    return result, problems
+
+
+def _records(path, batch=4096):
+    """(the records of a TFRecord file up to any damage, the damage or None)."""
+    import tensorflow as tf
+
+    dataset = tf.data.TFRecordDataset(path)
+    records = []
+    try:
+        # Batches: TensorFlow's per-element overhead would dominate reading small records.
+        for chunk in dataset.batch(batch):
+            records.extend(chunk.numpy().tolist())
+        return records, None
+    except tf.errors.OpError:
+        pass
+    # The damage is in the batch after `records`: read on one record at a time to reach it.
+    try:
+        for record in dataset.skip(len(records)):
+            records.append(record.numpy())
+    except tf.errors.OpError as error:
+        return records, _damage(error.message)
+    return records, None
+
+
+_NUMPY_TYPES = {types_pb2.DT_FLOAT: np.float32, types_pb2.DT_DOUBLE: np.float64,
+                types_pb2.DT_INT32: np.int32, types_pb2.DT_INT64: np.int64,
+                types_pb2.DT_HALF: np.float16}
+
+
+def _scalar(value):
+    """The number in a summary value (a TF2 scalar tensor or a TF1 simple value), or None."""
+    if value.HasField('tensor'):
+        tensor = value.tensor
+        for field in (tensor.float_val, tensor.double_val, tensor.int_val, tensor.int64_val):
+            if len(field) == 1:
+                return float(field[0])
+        dtype = _NUMPY_TYPES.get(tensor.dtype)
+        if dtype is not None and len(tensor.tensor_content) == np.dtype(dtype).itemsize:
+            return float(np.frombuffer(tensor.tensor_content, dtype)[0])
+        import tensorflow as tf  # Any other encoding.
+        array = tf.make_ndarray(tensor)
+        return float(array.reshape(-1)[0]) if array.size == 1 else None
+    if value.HasField('simple_value'):
+        return float(value.simple_value)
+    return None
+
+
+def _damage(message):
+    """TensorFlow's message about a bad record file, without its op and graph details."""
+    match = re.search(r'(truncated|corrupted) record at (\d+)', message)
+    if match:
+        return f'{match.group(1)} record at byte {match.group(2)}'
+    message = re.sub(r'\{\{.*?\}\}|\[Op:.*?\]', '', message)
+    return ' '.join(message.split())
+
+
+def latest_policy(logdir):
+    """The latest exported policy's directory, or None."""
+    directory = os.path.join(logdir, POLICY_DIR)
+    if not os.path.isdir(directory):
+        return None
+    steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit() and
+                    os.path.isfile(os.path.join(directory, name, 'saved_model.pb')))
+    return os.path.join(directory, str(steps[-1])) if steps else None
+
+
+def read_run(logdir, root, trial=None, ignore_bindings=(SEED_BINDING,)):
+    """Reads the run in `logdir` (`trial`: its sweep record); never raises for bad files."""
+    run = Run(run_id_of(logdir, root), os.path.abspath(logdir))
+    try:
+        _read_into(run, trial, ignore_bindings)
+    except OSError as error:
+        run.error = f'cannot read {error.filename or logdir}: {error.strerror or error}'
+    return run
+
+
+def _read_into(run, trial, ignore_bindings):
+    logdir = run.logdir
+    if trial is not None and trial.get('status') == 'failed':
+        run.error = f'the sweep recorded this trial as failed{_trial_error_suffix(trial)}'
+    config = next((os.path.join(logdir, name) for name in CONFIG_FILES
+                   if os.path.isfile(os.path.join(logdir, name))), None)
+    if config is not None:
+        with open(config, encoding='utf-8', errors='replace') as f:
+            try:
+                run.bindings = parse_bindings(f.read())
+            except ValueError as error:
+                run.problems.append(f'{os.path.basename(config)} is not valid gin: {error}')
+    else:
+        run.problems.append(f'no {run_config.OPERATIVE_CONFIG_FILE}: the configuration is '
+                            'unknown' + (', taken from the sweep' if trial else ''))
+    if not run.bindings and trial is not None:
+        run.bindings = _trial_bindings(trial)
+    seed = literal(run.bindings[SEED_BINDING]) if SEED_BINDING in run.bindings else None
+    if trial is not None and isinstance(trial.get('seed'), int):
+        seed = trial['seed']
+    run.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    run.config_key = config_key(run.bindings, ignore_bindings)
+
+    metrics = os.path.join(logdir, METRICS_FILE)
+    if os.path.isfile(metrics):
+        run.eval_steps, run.eval_returns, problems = read_metrics(metrics)
+        run.problems += problems
+    events = sorted(os.path.join(logdir, name) for name in os.listdir(logdir)
+                    if fnmatch.fnmatch(name, EVENTS_PATTERN))
+    if events:
+        scalars, problems = read_events(events)
+        run.problems += problems
+        run.train_steps, run.train_returns = scalars[TRAIN_RETURN_TAG]
+        if not run.eval_returns:
+            run.eval_steps, run.eval_returns = scalars[EVAL_TAG]
+    else:
+        run.problems.append('no TensorBoard event files: no training curve')
+    if not run.eval_returns and run.error is None:
+        run.error = (f'no evaluation results: {METRICS_FILE} is '
+                     f'{"unusable" if os.path.isfile(metrics) else "missing"} and the event '
+                     f'files hold no {EVAL_TAG}')
+    _sort_curve(run)
+    run.policy_dir = latest_policy(logdir)
+
+
+def _sort_curve(run):
+    """Orders evaluations by step; a resumed run may log a step twice: the later line wins."""
+    by_step = dict(zip(run.eval_steps, run.eval_returns, strict=True))
+    run.eval_steps = sorted(by_step)
+    run.eval_returns = [by_step[step] for step in run.eval_steps]
+
+
+def _trial_bindings(trial):
+    """A sweep record's bindings as {name: value text}: a dict, or a list of 'name = value'."""
+    bindings = trial.get('bindings')
+    if isinstance(bindings, dict):
+        return {str(name): value if isinstance(value, str) and value.startswith('@')
+                else repr(value) for name, value in bindings.items()}
+    if isinstance(bindings, list):
+        try:
+            return parse_bindings('\n'.join(str(binding) for binding in bindings))
+        except ValueError:
+            return {}
+    return {}

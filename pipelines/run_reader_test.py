@@ -1,0 +1,252 @@
+"""Tests of reading runs back, whole and damaged."""
+
+import json
+import os
+
+import tensorflow as tf
+from absl.testing import absltest
+
+from pipelines import report_fixtures, run_reader
+
+
+class ParseBindingsTest(absltest.TestCase):
+
+    def test_parses_what_gin_writes(self):
+        text = (
+            '# Parameters for PPO:\n# ====\nPPO.learning_rate = 0.001\n'
+            "PPO.policy_network = @FeedForwardGaussianPolicy\n\n"
+            "train.wrappers = ['range_normalize',\n    'ClipAction']\n"
+            "eval/train.env_id = 'Pendulum-v1'\nFOO = 3\ninclude 'base.gin'\n")
+        self.assertEqual(run_reader.parse_bindings(text), {
+            'PPO.learning_rate': '0.001',
+            'PPO.policy_network': '@FeedForwardGaussianPolicy',
+            'train.wrappers': "['range_normalize', 'ClipAction']",
+            'eval/train.env_id': "'Pendulum-v1'",
+            'FOO': '3',
+        })
+
+    def test_invalid_gin_names_the_line(self):
+        with self.assertRaisesRegex(ValueError, "line 3: cannot parse 'PPO.c = 2'"):
+            run_reader.parse_bindings('PPO.a = 1\nPPO.b = [1,\nPPO.c = 2\n')
+
+    def test_literal(self):
+        self.assertEqual(run_reader.literal('0.001'), 0.001)
+        self.assertEqual(run_reader.literal("('a', 2)"), ('a', 2))
+        self.assertEqual(run_reader.literal('@Net'), '@Net')
+
+    def test_config_key_ignores_the_seed_only(self):
+        base = {'PPO.learning_rate': '0.001', 'train.seed': '0'}
+        key = run_reader.config_key(base)
+        self.assertEqual(run_reader.config_key(dict(base, **{'train.seed': '7'})), key)
+        self.assertNotEqual(run_reader.config_key(dict(base, **{'PPO.learning_rate': '0.01'})),
+                            key)
+        self.assertEqual(key, run_reader.config_key(dict(reversed(list(base.items())))))
+
+    def test_constants_match_the_trainer(self):
+        from agents.algorithms.ppo import policy_export, trainer
+        self.assertEqual(run_reader.METRICS_FILE, trainer.METRICS_FILE)
+        self.assertEqual(run_reader.POLICY_DIR, policy_export.POLICY_DIR)
+
+
+class ReadRunTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.root = self.create_tempdir().full_path
+
+    def make(self, name, returns=(-900.0, -500.0, -300.0), **kwargs):
+        return report_fixtures.make_run(os.path.join(self.root, name), list(returns), **kwargs)
+
+    def test_reads_a_complete_run(self):
+        policy = os.path.join(self.create_tempdir().full_path, 'p')
+        os.makedirs(policy)
+        open(os.path.join(policy, 'saved_model.pb'), 'wb').close()
+        logdir = self.make('sweep/a', seed=3, train_returns=[-1000.0, -800.0, -600.0],
+                           bindings={'PPO.learning_rate': '0.0003'}, policy=policy)
+        run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.problems, [])
+        self.assertEqual(run.run_id, 'sweep/a')
+        self.assertEqual(run.seed, 3)
+        self.assertEqual(run.bindings['PPO.learning_rate'], '0.0003')
+        self.assertEqual(run.eval_steps, [256, 512, 768])
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
+        self.assertEqual(run.train_steps, [256, 512, 768])
+        self.assertEqual(run.train_returns, [-1000.0, -800.0, -600.0])
+        self.assertEqual((run.final_return, run.best_return, run.env_steps), (-300.0, -300.0, 768))
+        self.assertEqual(run.policy_dir, os.path.join(logdir, 'policy', '768'))
+        self.assertEqual(run.config_key, run_reader.config_key(run.bindings))
+
+    def test_corrupt_metrics_lines_are_skipped_and_reported(self):
+        logdir = self.make('a')
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
+            f.write('{"step": 1024, "mean_ret\n')
+            f.write(json.dumps({'step': 1280, 'mean_return': float('nan')}) + '\n')
+            f.write(json.dumps({'step': 1536, 'mean_return': -100.0}) + '\n')
+        run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0, -100.0])
+        self.assertLen(run.problems, 2)
+        self.assertIn('metrics.jsonl line 4: not JSON', run.problems[0])
+        self.assertIn('metrics.jsonl line 5: no integer "step" and finite', run.problems[1])
+
+    def test_truncated_event_file_is_read_up_to_the_damage(self):
+        logdir = self.make('a', train_returns=[1.0, 2.0, 3.0])
+        report_fixtures.truncate(report_fixtures.event_files(logdir)[0], 10)
+        run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertLen(run.problems, 1)
+        self.assertRegex(run.problems[0], r'^events\.out\.tfevents\.\S+ is damaged \(truncated '
+                         r'record at byte \d+\); read the 9 events before it$')
+        # The last event (step 768's eval) is lost; metrics.jsonl still has every evaluation.
+        self.assertEqual(run.train_returns, [1.0, 2.0, 3.0])
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
+
+    def test_corrupt_event_file_without_metrics_falls_back_to_the_events_before(self):
+        logdir = self.make('a', metrics=False)
+        path = report_fixtures.event_files(logdir)[0]
+        report_fixtures.corrupt(path, os.path.getsize(path) - 20)
+        run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.eval_returns, [-900.0, -500.0])
+        self.assertRegex(run.problems[0], r'is damaged \(corrupted record at byte \d+\)')
+
+    def test_event_file_of_garbage(self):
+        logdir = self.make('a', events=False)
+        with open(os.path.join(logdir, 'events.out.tfevents.1.host'), 'wb') as f:
+            f.write(b'not a record file' * 10)
+        run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.problems[0], 'events.out.tfevents.1.host is damaged (corrupted '
+                         'record at byte 0); read the 0 events before it')
+
+    def test_tf1_simple_values_are_read(self):
+        logdir = self.make('a', metrics=False, events=False)
+        with tf.io.TFRecordWriter(os.path.join(logdir, 'events.out.tfevents.1.tf1')) as writer:
+            for step, value in ((100, -5.0), (200, -2.5)):
+                event = tf.compat.v1.Event(step=step, summary=tf.compat.v1.Summary(
+                    value=[tf.compat.v1.Summary.Value(tag='eval/mean_return',
+                                                      simple_value=value)]))
+                writer.write(event.SerializeToString())
+        run = run_reader.read_run(logdir, self.root)
+        self.assertEqual((run.eval_steps, run.eval_returns), ([100, 200], [-5.0, -2.5]))
+
+    def test_run_without_events_is_used_with_a_problem(self):
+        run = run_reader.read_run(self.make('a', events=False), self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
+        self.assertEqual(run.problems, ['no TensorBoard event files: no training curve'])
+
+    def test_run_without_any_evaluation_is_skipped(self):
+        logdir = self.make('a', metrics=False, events=False)
+        run = run_reader.read_run(logdir, self.root)
+        self.assertEqual(run.error, 'no evaluation results: metrics.jsonl is missing and the '
+                         'event files hold no eval/mean_return')
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'w') as f:
+            f.write('garbage\n')
+        self.assertIn('metrics.jsonl is unusable', run_reader.read_run(logdir, self.root).error)
+
+    def test_run_without_config_or_with_bad_gin(self):
+        run = run_reader.read_run(self.make('a', config=False), self.root)
+        self.assertIsNone(run.error)
+        self.assertIn('no operative_config.gin', run.problems[0])
+        self.assertEqual(run.bindings, {})
+        logdir = self.make('b')
+        with open(os.path.join(logdir, 'operative_config.gin'), 'w') as f:
+            f.write('PPO.x = [1,\n')
+        run = run_reader.read_run(logdir, self.root)
+        self.assertEqual(run.problems[0], 'operative_config.gin is not valid gin: line 2: EOF '
+                         'in multi-line statement')
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
+
+    def test_resumed_run_keeps_the_last_line_of_a_step(self):
+        logdir = self.make('a', returns=[-900.0, -500.0])
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
+            f.write(json.dumps({'step': 512, 'mean_return': -400.0}) + '\n')
+            f.write(json.dumps({'step': 768, 'mean_return': -350.0}) + '\n')
+        run = run_reader.read_run(logdir, self.root)
+        self.assertEqual(run.eval_steps, [256, 512, 768])
+        self.assertEqual(run.eval_returns, [-900.0, -400.0, -350.0])
+
+    def test_metrics_path_that_is_not_a_file_is_ignored(self):
+        logdir = self.make('a')
+        os.remove(os.path.join(logdir, 'metrics.jsonl'))
+        os.mkdir(os.path.join(logdir, 'metrics.jsonl'))
+        run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])  # From the events.
+
+    def test_run_that_vanished_is_an_error_not_an_exception(self):
+        run = run_reader.read_run(os.path.join(self.root, 'gone'), self.root)
+        self.assertRegex(run.error, r'^cannot read .*gone: No such file or directory$')
+
+
+class FindRunsTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.root = self.create_tempdir().full_path
+
+    def make(self, name, **kwargs):
+        return report_fixtures.make_run(os.path.join(self.root, name), [-1.0], events=False,
+                                      **kwargs)
+
+    def test_finds_runs_in_a_tree(self):
+        a = self.make('x/a')
+        b = self.make('x/y/b')
+        os.makedirs(os.path.join(a, 'nested'))
+        self.make('x/a/nested/inner')  # Inside a run: its own files, not another run.
+        self.make('.hidden/c')
+        report = self.make('report/d')
+        os.makedirs(os.path.join(self.root, 'empty'))
+        discovery = run_reader.find_runs(self.root, exclude=[os.path.join(self.root, 'report')])
+        self.assertEqual(discovery.runs, [(a, None), (b, None)])
+        self.assertNotIn(report, [logdir for logdir, _ in discovery.runs])
+        self.assertEqual((discovery.missing, discovery.problems), ([], []))
+
+    def test_the_input_itself_may_be_a_run(self):
+        logdir = self.make('only')
+        discovery = run_reader.find_runs(logdir)
+        self.assertEqual(discovery.runs, [(logdir, None)])
+        self.assertEqual(run_reader.run_id_of(logdir, logdir), 'only')
+
+    def test_sweep_records_are_attached_to_their_logdirs(self):
+        ok = self.make('trials/t1', seed=1)
+        failed = self.make('trials/t2')
+        records = [
+            {'id': 't1', 'status': 'ok', 'seed': 1, 'bindings': {'PPO.learning_rate': 0.001}},
+            {'id': 't2', 'status': 'failed', 'error': 'FloatingPointError: NaN loss'},
+            {'id': 't3', 'status': 'failed', 'error': 'killed'},
+        ]
+        with open(os.path.join(self.root, 'trials.jsonl'), 'w') as f:
+            f.write(''.join(json.dumps(record) + '\n' for record in records))
+            f.write('{"id": \n')
+        discovery = run_reader.find_runs(self.root)
+        self.assertEqual(discovery.runs, [(ok, records[0]), (failed, records[1])])
+        self.assertLen(discovery.missing, 1)
+        self.assertEqual(discovery.missing[0].run_id, 'trials/t3')
+        self.assertIn("trial 't3' (status 'failed': killed)", discovery.missing[0].error)
+        self.assertEqual(discovery.problems,
+                         [f'{os.path.join(self.root, "trials.jsonl")} line 4: not JSON '
+                          '(Expecting value)'])
+        run = run_reader.read_run(failed, self.root, records[1])
+        self.assertEqual(run.error, 'the sweep recorded this trial as failed: '
+                         'FloatingPointError: NaN loss')
+
+    def test_sweep_bindings_stand_in_for_a_missing_config(self):
+        logdir = self.make('trials/t1', config=False)
+        record = {'id': 't1', 'status': 'ok', 'seed': 4,
+                  'bindings': {'PPO.learning_rate': 0.001, 'train.env_id': 'Pendulum-v1'}}
+        run = run_reader.read_run(logdir, self.root, record)
+        self.assertEqual(run.bindings, {'PPO.learning_rate': '0.001',
+                                        'train.env_id': "'Pendulum-v1'"})
+        self.assertEqual(run.seed, 4)
+        self.assertIn('taken from the sweep', run.problems[0])
+
+    def test_missing_input(self):
+        with self.assertRaisesRegex(NotADirectoryError, 'not a directory'):
+            run_reader.find_runs(os.path.join(self.root, 'nope'))
+
+
+if __name__ == '__main__':
+    absltest.main()

@@ -1,0 +1,371 @@
+r"""Runs a hyperparameter sweep as an Apache Beam pipeline.
+
+    bazel run //pipelines:sweep -- --spec=configs/sweeps/pendulum.yaml --output_dir=/tmp/sweep
+
+The spec (see sweep_spec.py) expands into trials; a Reshuffle spreads them over the runner's
+workers, each trains one trial at a time with the trainer binary (trial.py), and the results are
+gathered into `trials.jsonl` and a ranked `summary.csv`. Flags this binary does not define go to
+Beam: by default the DirectRunner in multi-processing mode with one worker per core; any runner
+works, e.g. `--runner=DataflowRunner --project=... --region=... --temp_location=gs://...`.
+
+Rerunning the same command resumes: trials whose result is `ok` are kept, failed and missing ones
+run again. An output directory that holds a different spec is refused.
+"""
+
+import csv
+import difflib
+import io
+import json
+import logging as std_logging
+import os
+import sys
+import time
+
+import apache_beam as beam
+import numpy as np
+from absl import app, flags, logging
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
+
+from agents.scripts import run_config
+from pipelines import storage, sweep_spec
+from pipelines import trial as trial_lib
+
+flags.DEFINE_string('spec', None, 'The sweep spec (YAML), e.g. configs/sweeps/pendulum.yaml; '
+                    'relative paths are taken from the directory you ran the command from.')
+flags.DEFINE_string('output_dir', None, 'Where trials train (trials/<id>/) and the results go: '
+                    'a local directory or, on a cluster, a bucket path such as gs://b/sweep.')
+flags.DEFINE_integer('threads_per_trial', 0, 'TensorFlow intra-op threads per trial; 0: the '
+                     'cores divided among the local workers (TensorFlow decides on other runners).')
+
+FLAGS = flags.FLAGS
+
+SPEC_COPY = 'sweep_spec.yaml'
+TRIALS_FILE = 'trials.jsonl'
+SUMMARY_FILE = 'summary.csv'
+
+
+class SweepError(Exception):
+    """A problem with the output directory or the runner's options, told in one sentence."""
+
+
+def prepare_output_dir(output_dir, spec, spec_text):
+    """Stores the spec in `output_dir`, or checks that the stored one is the same sweep.
+
+    Formatting, comments and the timeout may change between runs (the copy is then updated);
+    anything that changes what the trials are is refused, as is a non-empty directory that
+    holds no sweep.
+    """
+    copy = storage.join(output_dir, SPEC_COPY)
+    if storage.exists(copy):
+        stored_text = storage.read_text(copy)
+        try:
+            stored = sweep_spec.parse(stored_text, copy)
+        except sweep_spec.SpecError as error:
+            raise SweepError(f'{output_dir} holds an unreadable sweep spec: {error}') from None
+        if _trials_content(stored) != _trials_content(spec):
+            diff = ''.join(difflib.unified_diff(
+                stored_text.splitlines(True), spec_text.splitlines(True), 'output_dir spec',
+                'this spec'))
+            raise SweepError(f'output_dir {output_dir} holds a sweep of a different spec; use '
+                             f'another --output_dir or the same spec. Difference:\n{diff}')
+        if stored_text != spec_text:
+            storage.write_text(copy, spec_text)
+    elif not storage.is_empty_directory(output_dir):
+        raise SweepError(f'output_dir {output_dir} is not empty and holds no {SPEC_COPY}: not a '
+                         'sweep; choose another --output_dir')
+    else:
+        storage.write_text(copy, spec_text)
+
+
+def _trials_content(spec):
+    content = spec.canonical()
+    del content['timeout_s']
+    return content
+
+
+class RunTrial(beam.DoFn):
+    """Trains one trial per element and logs the sweep's progress as trials finish."""
+
+    def __init__(self, settings, trial_ids, started_at):
+        self._settings = settings
+        self._trial_ids = list(trial_ids)
+        self._started_at = started_at
+
+    def setup(self):
+        # Workers started without Beam's logging set-up (as by a worker pool) would drop the
+        # progress lines: show them on the worker's stderr.
+        absl_logger = std_logging.getLogger('absl')
+        if absl_logger.getEffectiveLevel() > std_logging.INFO:
+            absl_logger.setLevel(std_logging.INFO)
+        if not std_logging.getLogger().handlers and not absl_logger.handlers:
+            handler = std_logging.StreamHandler()
+            handler.setFormatter(std_logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
+            absl_logger.addHandler(handler)
+
+    def process(self, trial):
+        logging.info('Trial %s starting: seed %d, %s', trial.id, trial.seed,
+                     json.dumps(trial.bindings))
+        record = trial_lib.run(trial, self._settings)
+        logging.info('Trial %s %s%s', trial.id, record['status'], _outcome(record))
+        logging.info('Sweep progress: %s', progress(
+            self._settings.output_dir, self._trial_ids, self._started_at))
+        yield record
+
+
+def _outcome(record):
+    if record['status'] == trial_lib.OK:
+        return (f' in {record["wall_time_s"]:.0f} s: final return {record["final_return"]:.1f}, '
+                f'best {record["best_return"]:.1f}')
+    return f' after {record["wall_time_s"]:.0f} s: {record["error"]}'
+
+
+def progress(output_dir, trial_ids, started_at, now=None):
+    """'done/total, failures, ETA' from the stored results, whichever worker wrote them."""
+    now = time.time() if now is None else now
+    done = failed = finished_now = 0
+    for trial_id in trial_ids:
+        record = trial_lib.read_result(output_dir, trial_id)
+        if record is None:
+            continue
+        this_run = record.get('finished_at', 0) >= started_at
+        finished_now += this_run
+        if record['status'] == trial_lib.OK or this_run:
+            done += 1
+            failed += record['status'] != trial_lib.OK
+    remaining = len(trial_ids) - done
+    if remaining == 0:
+        eta = '0:00:00'
+    elif finished_now:
+        eta = _format_seconds(remaining * (now - started_at) / finished_now)
+    else:
+        eta = '?'
+    return f'{done}/{len(trial_ids)} trials done, {failed} failed, ETA {eta}'
+
+
+def _format_seconds(seconds):
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f'{hours}:{minutes:02d}:{seconds:02d}'
+
+
+def write_outputs(records, output_dir):
+    """Writes trials.jsonl (in spec order) and summary.csv (ranked), each atomically."""
+    records = sorted(records, key=lambda record: record['index'])
+    storage.write_text(storage.join(output_dir, TRIALS_FILE), ''.join(
+        json.dumps(record, allow_nan=False) + '\n' for record in records))
+    storage.write_text(storage.join(output_dir, SUMMARY_FILE), summary_csv(summarize(records)))
+    return len(records)
+
+
+def summarize(records):
+    """Per configuration: final return mean, std and count over its ok seeds; best first.
+
+    The std is the sample standard deviation (0 for one seed); configurations without an ok
+    trial come last, without statistics.
+    """
+    configurations = {}
+    for record in records:
+        configurations.setdefault(record['config_id'], []).append(record)
+    rows = []
+    for config_id, group in configurations.items():
+        finals = [r['final_return'] for r in group if r['status'] == trial_lib.OK]
+        bests = [r['best_return'] for r in group if r['status'] == trial_lib.OK]
+        rows.append({
+            'config_id': config_id,
+            'bindings': group[0]['bindings'],
+            'mean_final_return': float(np.mean(finals)) if finals else None,
+            'std_final_return': float(np.std(finals, ddof=1)) if len(finals) > 1 else (
+                0.0 if finals else None),
+            'count': len(finals),
+            'failed': len(group) - len(finals),
+            'mean_best_return': float(np.mean(bests)) if bests else None,
+            'seeds': sorted(r['seed'] for r in group),
+        })
+    rows.sort(key=lambda row: (row['mean_final_return'] is None,
+                               -(row['mean_final_return'] or 0.0), row['config_id']))
+    for rank, row in enumerate(rows, 1):
+        row['rank'] = rank
+    return rows
+
+
+def summary_csv(rows):
+    parameters = sorted({name for row in rows for name in row['bindings']})
+    columns = (['rank', 'config_id'] + parameters +
+               ['mean_final_return', 'std_final_return', 'count', 'failed', 'mean_best_return'])
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator='\n')
+    writer.writerow(columns)
+    for row in rows:
+        values = {**row, **{name: json.dumps(row['bindings'].get(name)) if isinstance(
+            row['bindings'].get(name), list | dict) else row['bindings'].get(name)
+            for name in parameters}}
+        writer.writerow(['' if values[column] is None else _csv_value(values[column])
+                         for column in columns])
+    return text.getvalue()
+
+
+def _csv_value(value):
+    return f'{value:.8g}' if isinstance(value, float) else value
+
+
+def build(pipeline, pending, completed, settings, trial_ids, started_at):
+    """The sweep's pipeline: pending trials spread and trained, all results written."""
+    trained = (pipeline
+               | 'Trials' >> beam.Create(pending)
+               | 'Spread' >> beam.Reshuffle()
+               | 'Train' >> beam.ParDo(RunTrial(settings, trial_ids, started_at)))
+    earlier = pipeline | 'Completed' >> beam.Create(completed)
+    return ((trained, earlier)
+            | 'Results' >> beam.Flatten()
+            | 'Gather' >> beam.combiners.ToList()
+            | 'Write' >> beam.Map(write_outputs, settings.output_dir))
+
+
+def pipeline_options(beam_args):
+    """Beam's options from the flags this binary does not define, with local defaults.
+
+    Without a runner, the DirectRunner runs trials in worker processes, one per core.
+    """
+    unknown = _unknown_beam_args(beam_args)
+    if unknown:
+        raise SweepError(f'unknown flags: {" ".join(unknown)} (neither a sweep flag nor a Beam '
+                         'pipeline option)')
+    options = PipelineOptions(beam_args)
+    given = {arg[2:].split('=', 1)[0] for arg in beam_args if arg.startswith('--')}
+    # Workers log the sweep's progress (absl) and Beam's warnings, not Beam's chatter.
+    worker = options.view_as(WorkerOptions)
+    if 'default_sdk_harness_log_level' not in given:
+        worker.default_sdk_harness_log_level = 'WARNING'
+    if 'sdk_harness_log_level_overrides' not in given:
+        worker.sdk_harness_log_level_overrides = {'absl': 'INFO'}
+    # Packages for remote workers, like every path here, are relative to the caller's directory.
+    setup = options.view_as(SetupOptions)
+    for name in ('setup_file', 'requirements_file'):
+        if getattr(setup, name):
+            setattr(setup, name, run_config.resolve_path(getattr(setup, name)))
+    if setup.extra_packages:
+        setup.extra_packages = [run_config.resolve_path(path) for path in setup.extra_packages]
+    if options.view_as(StandardOptions).runner in (None, 'DirectRunner'):
+        direct = options.view_as(DirectOptions)
+        if 'direct_running_mode' not in given:
+            direct.direct_running_mode = 'multi_processing'
+        if direct.direct_running_mode == 'in_memory':
+            direct.direct_num_workers = 1
+        elif 'direct_num_workers' not in given or direct.direct_num_workers == 0:
+            direct.direct_num_workers = os.cpu_count() or 1
+        if direct.direct_num_workers < 1:
+            raise SweepError(f'--direct_num_workers must be >= 1, got {direct.direct_num_workers}')
+    return options
+
+
+def local_workers(options):
+    """Trials trained at once on this machine, or None when the runner is not local."""
+    if options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
+        return None
+    direct = options.view_as(DirectOptions)
+    return direct.direct_num_workers if direct.direct_running_mode != 'in_memory' else 1
+
+
+def _unknown_beam_args(args):
+    parsers = []
+    PipelineOptions(args).get_all_options(add_extra_args_fn=parsers.append)
+    return parsers[0].parse_known_args(args)[1]
+
+
+def find_spec(path):
+    """The spec file: relative paths from the caller's directory, else among the bundled ones
+    (so `--spec=configs/sweeps/pendulum.yaml` works from anywhere)."""
+    candidates = [run_config.resolve_path(path)]
+    if not os.path.isabs(path):
+        candidates.append(os.path.join(run_config.PACKAGE_ROOT, path))
+    return next((c for c in candidates if os.path.isfile(c)), candidates[0])
+
+
+def main(argv):
+    try:
+        spec_path = find_spec(FLAGS.spec)
+        spec = sweep_spec.load(spec_path, name=FLAGS.spec)
+        sweep_spec.check_gin(spec)
+        with open(spec_path, encoding='utf-8') as f:
+            spec_text = f.read()
+        output_dir = storage.resolve(FLAGS.output_dir)
+        options = pipeline_options(argv[1:])
+        try:
+            prepare_output_dir(output_dir, spec, spec_text)
+        except OSError as error:
+            raise SweepError(f'cannot write to output_dir {output_dir}: '
+                             f'{error.strerror or error}') from None
+    except (sweep_spec.SpecError, SweepError) as error:
+        sys.exit(f'sweep: error: {error}')
+
+    workers = local_workers(options)
+    threads = FLAGS.threads_per_trial or (
+        max(1, (os.cpu_count() or 1) // workers) if workers else None)
+    settings = trial_lib.Settings(
+        output_dir=output_dir, gin_files=spec.gin_files, env_steps=spec.env_steps,
+        timeout_s=spec.timeout_s, caller_directory=run_config.caller_directory(),
+        threads=threads)
+    trials = spec.trials()
+    previous = {trial.id: trial_lib.read_result(output_dir, trial.id) for trial in trials}
+    completed = [record for record in previous.values()
+                 if record and record['status'] == trial_lib.OK]
+    pending = [trial for trial in trials
+               if not (previous[trial.id] and previous[trial.id]['status'] == trial_lib.OK)]
+    logging.info('Sweep of %d trials (%d configurations x %d seeds) into %s: %d done earlier, '
+                 '%d to train on %s%s.', len(trials), len(trials) // len(spec.seeds),
+                 len(spec.seeds), output_dir, len(completed), len(pending),
+                 options.view_as(StandardOptions).runner or 'DirectRunner',
+                 f' with {workers} workers' if workers else '')
+    # Local worker processes import this tree as the trainer does.
+    os.environ['PYTHONPATH'] = os.pathsep.join(
+        [run_config.PACKAGE_ROOT] + [p for p in os.environ.get('PYTHONPATH', '').split(
+            os.pathsep) if p and p != run_config.PACKAGE_ROOT])
+    # The workers' lines reach this process twice: on their stderr and through Beam's log
+    # service; keep the first, with Beam's own chatter, at warnings.
+    std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)
+    started_at = time.time()
+    with beam.Pipeline(options=options) as pipeline:
+        build(pipeline, pending, completed, settings, [trial.id for trial in trials], started_at)
+    return report(output_dir, time.time() - started_at)
+
+
+def report(output_dir, wall_time):
+    """Logs the sweep's outcome; the exit status is 1 if a trial failed."""
+    records = [json.loads(line) for line in storage.read_text(
+        storage.join(output_dir, TRIALS_FILE)).splitlines() if line]
+    failed = [record for record in records if record['status'] != trial_lib.OK]
+    rows = summarize(records)
+    logging.info('Sweep done in %s: %d trials, %d ok, %d failed. Results: %s, %s.',
+                 _format_seconds(wall_time), len(records), len(records) - len(failed),
+                 len(failed), storage.join(output_dir, TRIALS_FILE),
+                 storage.join(output_dir, SUMMARY_FILE))
+    for row in rows[:3]:
+        if row['mean_final_return'] is not None:
+            logging.info('#%d %s %s: final return %.1f +- %.1f over %d seeds', row['rank'],
+                         row['config_id'], json.dumps(row['bindings']),
+                         row['mean_final_return'], row['std_final_return'], row['count'])
+    for record in failed:
+        logging.error('Trial %s failed: %s', record['id'], record['error'])
+    if failed:
+        return f'sweep: {len(failed)} of {len(records)} trials failed (see above); rerun the ' \
+               'same command to retry them'
+    return 0
+
+
+def _parse_flags(argv):
+    """Our flags for absl; everything else is left for Beam."""
+    try:
+        return FLAGS(argv, known_only=True)
+    except flags.Error as error:
+        sys.exit(f'sweep: error: {error}\nPass --helpshort to see the flags.')
+
+
+if __name__ == '__main__':
+    flags.mark_flags_as_required(['spec', 'output_dir'])
+    app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,478 @@
+"""Tests of the sweep binary: tiny sweeps with the real trainer on Beam's DirectRunner and
+portable runner, failures, resume after a kill, refusals; and the pieces it writes with."""
+
+import csv
+import fcntl
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from unittest import mock
+
+from absl.testing import absltest
+from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, WorkerOptions
+
+from agents.scripts import run_config, testing_utils
+from pipelines import sweep, sweep_spec, trial
+
+ROOT = run_config.PACKAGE_ROOT
+# Two evaluations of one episode in about 10 s of training per trial.
+TINY = """\
+gin_files: [configs/pendulum.gin]
+bindings:
+  train.num_envs: 4
+  train.rollout_length: 256
+  train.eval_every_steps: 1024
+  train.eval_episodes: 1
+  PPO.num_minibatches: 4
+budget: {env_steps: 2048, timeout_s: 600}
+"""
+
+
+def write_spec(directory, text, name='spec.yaml'):
+    path = os.path.join(directory, name)
+    with open(path, 'w') as f:
+        f.write(TINY + textwrap.dedent(text))
+    return path
+
+
+def sweep_command(*args):
+    return [sys.executable, '-m', 'pipelines.sweep', *args]
+
+
+def environment(cwd):
+    return dict(os.environ, PYTHONPATH=ROOT, BUILD_WORKING_DIRECTORY=cwd)
+
+
+def run_sweep(cwd, *args, timeout=600):
+    return subprocess.run(sweep_command(*args), env=environment(cwd), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError(f'timed out after {timeout} s waiting for {what}')
+        time.sleep(0.2)
+
+
+def group_gone(pgid):
+    """Whether no live (non-zombie) process is left in process group `pgid`."""
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != 'Z' and int(fields[2]) == pgid:
+            return False
+    return True
+
+
+def unlocked(logdir):
+    """Whether no trainer holds the trial's logdir (see trial._lock)."""
+    descriptor = os.open(logdir, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
+class SweepTest(absltest.TestCase):
+
+    def assert_trained(self, output_dir, record):
+        self.assertEqual(record['status'], 'ok', record['error'])
+        self.assertGreaterEqual(record['env_steps'], 2048)
+        logdir = os.path.join(output_dir, record['logdir'])
+        steps = [evaluation['step'] for evaluation in trial.read_metrics(logdir)]
+        self.assertEqual(steps, sorted(set(steps)), 'evaluations repeat or go back')
+        self.assertEqual(record['final_return'], trial.read_metrics(logdir)[-1]['mean_return'])
+        for name in ('config.gin', 'operative_config.gin', 'checkpoints', 'result.json'):
+            self.assertTrue(os.path.exists(os.path.join(logdir, name)), name)
+
+    def test_a_failing_trial_does_not_stop_the_others_and_is_retried(self):
+        cwd = self.create_tempdir().full_path
+        # Pendulum's constructor rejects the keyword at run time, past every up-front check.
+        write_spec(cwd, """
+            seeds: [0, 1]
+            grid:
+              train.env_kwargs: [{}, {bogus_kwarg: 1}]
+            """)
+        first = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
+        self.assertEqual(first.returncode, 1, first.stderr[-3000:])
+        self.assertIn('sweep: 2 of 4 trials failed', first.stderr)
+        output_dir = os.path.join(cwd, 'out')
+        records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
+        self.assertEqual([r['index'] for r in records], [0, 1, 2, 3])
+        self.assertEqual([r['seed'] for r in records], [0, 1, 0, 1])
+        self.assertEqual([r['bindings']['train.env_kwargs'] for r in records],
+                         [{}, {}, {'bogus_kwarg': 1}, {'bogus_kwarg': 1}])
+        for record in records[:2]:
+            self.assert_trained(output_dir, record)
+        for record in records[2:]:
+            self.assertEqual(record['status'], 'failed')
+            self.assertIn("unexpected keyword argument 'bogus_kwarg'", record['error'])
+            self.assertIsNone(record['final_return'])
+        self.assertEqual(sorted(os.listdir(os.path.join(output_dir, 'trials'))),
+                         sorted(r['id'] for r in records))
+        summary = read_csv(os.path.join(output_dir, 'summary.csv'))
+        self.assertEqual([row['rank'] for row in summary], ['1', '2'])
+        self.assertEqual(summary[0]['config_id'], records[0]['config_id'])
+        self.assertEqual((summary[0]['count'], summary[0]['failed']), ('2', '0'))
+        finals = [r['final_return'] for r in records[:2]]
+        self.assertAlmostEqual(float(summary[0]['mean_final_return']), sum(finals) / 2,
+                               delta=1e-4)
+        self.assertEqual(
+            (summary[1]['count'], summary[1]['failed'], summary[1]['mean_final_return']),
+            ('0', '2', ''))
+        with open(os.path.join(output_dir, 'sweep_spec.yaml')) as f, \
+                open(os.path.join(cwd, 'spec.yaml')) as g:
+            self.assertEqual(f.read(), g.read())
+
+        # The same command again: ok trials are kept untouched, failed ones run again.
+        ok_dirs = {r['id']: testing_utils.snapshot(os.path.join(output_dir, r['logdir']))
+                   for r in records[:2]}
+        second = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
+        self.assertEqual(second.returncode, 1, second.stderr[-3000:])
+        self.assertIn('2 done earlier, 2 to train', second.stderr)
+        again = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
+        self.assertEqual(again[:2], records[:2])
+        for record in again[2:]:
+            self.assertEqual(record['status'], 'failed')
+        self.assertGreater(again[2]['finished_at'], records[3]['finished_at'])
+        for trial_id, files in ok_dirs.items():
+            self.assertEqual(
+                testing_utils.snapshot(os.path.join(output_dir, 'trials', trial_id)), files)
+
+    def test_resume_after_the_sweep_is_killed(self):
+        cwd = self.create_tempdir().full_path
+        write_spec(cwd, """
+            seeds: [0, 1]
+            grid:
+              PPO.learning_rate: [3.0e-4, 1.0e-3]
+            """)
+        output_dir = os.path.join(cwd, 'out')
+        results = os.path.join(output_dir, 'trials', '{}', 'result.json')
+        ids = [t.id for t in sweep_spec.load(os.path.join(cwd, 'spec.yaml')).trials()]
+        process = subprocess.Popen(
+            sweep_command('--spec=spec.yaml', '--output_dir=out', '--direct_num_workers=2'),
+            env=environment(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self.addCleanup(lambda: process.poll() is None and os.killpg(process.pid, signal.SIGKILL))
+
+        def finished():
+            return [i for i in ids if os.path.exists(results.format(i))]
+
+        wait_for(lambda: finished() or process.poll() is not None, 400, 'a finished trial')
+        process.kill()  # The pipeline's main process, mid-way.
+        process.wait()
+        # Its worker processes (in its process group) exit, their trainers (in groups of their
+        # own) die with them and let go of the logdirs; then what was done is done.
+        wait_for(lambda: group_gone(process.pid), 60, 'the sweep\'s workers to exit')
+        for trial_id in ids:
+            logdir = os.path.join(output_dir, 'trials', trial_id)
+            if os.path.isdir(logdir):
+                wait_for(lambda logdir=logdir: unlocked(logdir), 60, f'{trial_id} to stop')
+        done_before = {i: trial.read_result(output_dir, i) for i in finished()}
+        self.assertNotEmpty(done_before)
+        self.assertLess(len(done_before), len(ids), 'the sweep ended before it was killed')
+
+        rerun = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
+        self.assertEqual(rerun.returncode, 0, rerun.stderr[-3000:])
+        self.assertIn(f'{len(done_before)} done earlier', rerun.stderr)
+        records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
+        self.assertEqual([r['id'] for r in records], ids)  # Each trial exactly once.
+        for record in records:
+            self.assert_trained(output_dir, record)
+        for trial_id, record in done_before.items():
+            self.assertEqual(trial.read_result(output_dir, trial_id), record)  # Not retrained.
+            with open(os.path.join(output_dir, 'trials', trial_id, 'train.log')) as f:
+                attempts = re.findall(r'^=== .* ===$', f.read(), re.MULTILINE)
+            self.assertLen(attempts, 1, f'{trial_id} trained more than once')
+        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 2)
+
+    def test_bad_spec_is_refused_before_anything_runs(self):
+        cwd = self.create_tempdir().full_path
+        write_spec(cwd, """
+            grid:
+              PPO.learning_rate: [0.001]
+              PPO.learnig_rate: [0.001]
+            """)
+        result = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn('sweep: error: spec.yaml:12: grid parameter PPO.learnig_rate', result.stderr)
+        self.assertIn("doesn't have a parameter named 'learnig_rate'", result.stderr)
+        self.assertEqual(os.listdir(cwd), ['spec.yaml'])
+
+    def test_missing_spec_and_unknown_flags(self):
+        cwd = self.create_tempdir().full_path
+        result = run_sweep(cwd, '--spec=nope.yaml', '--output_dir=out')
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn('sweep: error: nope.yaml: cannot read the sweep spec', result.stderr)
+        write_spec(cwd, '')
+        result = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out', '--direct_num_worker=2')
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn('sweep: error: unknown flags: --direct_num_worker=2', result.stderr)
+        self.assertEqual(os.listdir(cwd), ['spec.yaml'])
+        result = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=spec.yaml/out')
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(f'sweep: error: cannot write to output_dir {cwd}/spec.yaml/out',
+                      result.stderr)
+
+    def test_a_different_spec_on_the_same_output_dir_is_refused(self):
+        cwd = self.create_tempdir().full_path
+        output_dir = os.path.join(cwd, 'out')
+        first = write_spec(cwd, 'grid: {PPO.learning_rate: [0.001]}\n', 'first.yaml')
+        with open(first) as f:
+            sweep.prepare_output_dir(output_dir, sweep_spec.load(first), f.read())
+        before = testing_utils.snapshot(output_dir)
+        write_spec(cwd, 'grid: {PPO.learning_rate: [0.002]}\n', 'second.yaml')
+        result = run_sweep(cwd, '--spec=second.yaml', '--output_dir=out')
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(f'sweep: error: output_dir {output_dir} holds a sweep of a different spec',
+                      result.stderr)
+        self.assertIn('+grid: {PPO.learning_rate: [0.002]}', result.stderr)
+        self.assertEqual(testing_utils.snapshot(output_dir), before)
+
+
+class PortableRunnerTest(absltest.TestCase):
+    """The sweep through Beam's portable runner: a job service and a pool of worker processes,
+    started here on localhost as a cluster would run them."""
+
+    def start(self, name, command, env=None):
+        log_path = os.path.join(self.dir, f'{name}.log')
+        log = open(log_path, 'w')  # Closed at cleanup.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env=env or dict(os.environ, PYTHONPATH=ROOT),
+                                   start_new_session=True)
+
+        def stop():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            log.close()
+        self.addCleanup(stop)
+        return process, log_path
+
+    def test_sweep_on_the_portable_runner(self):
+        self.dir = self.create_tempdir().full_path
+        port_file = os.path.join(self.dir, 'job.port')
+        job_service, job_log = self.start('job_service', [
+            sys.executable, '-m', 'apache_beam.runners.portability.local_job_service_main',
+            '--port=0', f'--port_file={port_file}'])
+        # The pool starts each worker as `python` from PATH: make that this interpreter.
+        pool_env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.pathsep.join(
+            [os.path.dirname(sys.executable), os.environ.get('PATH', '')]))
+        pool, pool_log = self.start('worker_pool', [
+            sys.executable, '-m', 'apache_beam.runners.worker.worker_pool_main',
+            '--service_port=0'], pool_env)
+
+        def pool_port():
+            with open(pool_log) as f:
+                match = re.search(r'worker pool servicer at port: \S*:(\d+)', f.read())
+            return match and match.group(1)
+
+        wait_for(lambda: os.path.exists(port_file) or job_service.poll() is not None, 60,
+                 'the job service')
+        wait_for(lambda: pool_port() or pool.poll() is not None, 60, 'the worker pool')
+        self.assertIsNone(job_service.poll(), 'the job service exited')
+        self.assertIsNone(pool.poll(), 'the worker pool exited')
+        with open(port_file) as f:
+            job_port = f.read().strip()
+
+        write_spec(self.dir, 'grid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n')
+        sweep_process, sweep_log = self.start('sweep', sweep_command(
+            '--spec=spec.yaml', '--output_dir=out', '--runner=PortableRunner',
+            f'--job_endpoint=localhost:{job_port}', '--environment_type=EXTERNAL',
+            f'--environment_config=localhost:{pool_port()}', '--threads_per_trial=1'),
+            environment(self.dir))
+        returncode = sweep_process.wait(timeout=900)
+        with open(sweep_log) as f, open(job_log) as g:
+            self.assertEqual(returncode, 0, f'{f.read()[-4000:]}\njob service:\n{g.read()[-4000:]}')
+        output_dir = os.path.join(self.dir, 'out')
+        records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
+        self.assertLen(records, 2)
+        for record in records:
+            self.assertEqual(record['status'], 'ok', record['error'])
+            self.assertGreaterEqual(record['env_steps'], 2048)
+        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 2)
+        # The trials ran in worker processes the pool started, not in the sweep's process or
+        # the job service, and logged their progress there.
+        workers = {int(record['worker'].rsplit('/', 1)[1]) for record in records}
+        self.assertEmpty(workers & {sweep_process.pid, job_service.pid, pool.pid})
+        with open(pool_log) as f:
+            log = f.read()
+        self.assertIn('Starting worker with command', log)
+        for record in records:
+            self.assertIn(f'Trial {record["id"]} ok', log)
+
+
+def record(config_id, seed, status='ok', final=None, best=None, index=0, bindings=None):
+    return {'id': f'{config_id}-seed{seed}', 'config_id': config_id, 'index': index,
+            'seed': seed, 'bindings': bindings or {'PPO.learning_rate': 0.001}, 'status': status,
+            'final_return': final, 'best_return': best, 'env_steps': 2048 if final else None,
+            'wall_time_s': 1.0, 'error': None if status == 'ok' else 'boom',
+            'logdir': f'trials/{config_id}-seed{seed}', 'finished_at': 100.0}
+
+
+class OutputsTest(absltest.TestCase):
+
+    def test_summary_ranks_configurations_by_mean_final_return(self):
+        records = [
+            record('low', 0, final=-900.0, best=-800.0, bindings={'PPO.clip_ratio': 0.1}),
+            record('low', 1, final=-700.0, best=-600.0, bindings={'PPO.clip_ratio': 0.1}),
+            record('high', 0, final=-200.0, best=-150.0, bindings={'PPO.clip_ratio': 0.3}),
+            record('high', 1, status='failed', bindings={'PPO.clip_ratio': 0.3}),
+            record('broken', 0, status='failed', bindings={'PPO.clip_ratio': [1, 2]}),
+        ]
+        rows = sweep.summarize(records)
+        self.assertEqual([row['config_id'] for row in rows], ['high', 'low', 'broken'])
+        self.assertEqual([row['rank'] for row in rows], [1, 2, 3])
+        self.assertEqual((rows[1]['mean_final_return'], rows[1]['count'], rows[1]['failed']),
+                         (-800.0, 2, 0))
+        self.assertAlmostEqual(rows[1]['std_final_return'], 141.4214, places=3)  # Sample std.
+        self.assertEqual((rows[0]['std_final_return'], rows[0]['count'], rows[0]['failed']),
+                         (0.0, 1, 1))
+        self.assertIsNone(rows[2]['mean_final_return'])
+        text = sweep.summary_csv(rows)
+        self.assertEqual(text.splitlines(), [
+            'rank,config_id,PPO.clip_ratio,mean_final_return,std_final_return,count,failed,'
+            'mean_best_return',
+            '1,high,0.3,-200,0,1,1,-150',
+            '2,low,0.1,-800,141.42136,2,0,-700',
+            '3,broken,"[1, 2]",,,0,1,',
+        ])
+
+    def test_write_outputs_in_spec_order(self):
+        output_dir = self.create_tempdir().full_path
+        records = [record('b', 0, final=-1.0, best=-1.0, index=1),
+                   record('a', 0, final=-2.0, best=-2.0, index=0)]
+        self.assertEqual(sweep.write_outputs(records, output_dir), 2)
+        self.assertEqual([r['index'] for r in read_jsonl(
+            os.path.join(output_dir, 'trials.jsonl'))], [0, 1])
+        self.assertEqual(sorted(os.listdir(output_dir)), ['summary.csv', 'trials.jsonl'])
+        rows = list(csv.DictReader(io.StringIO(open(os.path.join(output_dir,
+                                                                 'summary.csv')).read())))
+        self.assertEqual([row['config_id'] for row in rows], ['b', 'a'])
+
+    def test_progress_counts_this_runs_failures_and_estimates_the_rest(self):
+        output_dir = self.create_tempdir().full_path
+        earlier_failure = record('c', 0, status='failed')  # Before this run: pending again.
+        earlier_failure['finished_at'] = 50.0
+        for item in (record('a', 0, final=-1.0), record('b', 0, status='failed'),
+                     earlier_failure):
+            os.makedirs(os.path.join(output_dir, item['logdir']))
+            with open(os.path.join(output_dir, item['logdir'], 'result.json'), 'w') as f:
+                json.dump(item, f)
+        ids = ['a-seed0', 'b-seed0', 'c-seed0', 'd-seed0']
+        # Two trials finished in the 60 s since the run started at 90: two left, 60 s to go.
+        self.assertEqual(sweep.progress(output_dir, ids, started_at=90.0, now=150.0),
+                         '2/4 trials done, 1 failed, ETA 0:01:00')
+        self.assertEqual(sweep.progress(output_dir, ids, started_at=200.0, now=210.0),
+                         '1/4 trials done, 0 failed, ETA ?')
+
+
+class OutputDirTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.create_tempdir().full_path
+        self.output_dir = os.path.join(self.dir, 'out')
+
+    def spec(self, extra=''):
+        text = TINY + extra
+        return sweep_spec.parse(text, 'spec.yaml'), text
+
+    def test_stores_the_spec_and_accepts_it_again(self):
+        spec, text = self.spec()
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+        with open(os.path.join(self.output_dir, 'sweep_spec.yaml')) as f:
+            self.assertEqual(f.read(), text)
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+
+    def test_comments_and_timeout_may_change(self):
+        spec, text = self.spec()
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+        changed = '# longer timeout\n' + text.replace('timeout_s: 600', 'timeout_s: 1200')
+        sweep.prepare_output_dir(self.output_dir, sweep_spec.parse(changed, 's.yaml'), changed)
+        with open(os.path.join(self.output_dir, 'sweep_spec.yaml')) as f:
+            self.assertEqual(f.read(), changed)
+
+    def test_refuses_a_different_spec(self):
+        spec, text = self.spec()
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+        for extra in ('seeds: 2\n', 'grid: {PPO.learning_rate: [0.1]}\n'):
+            other, other_text = self.spec(extra)
+            with self.assertRaisesRegex(sweep.SweepError, 'holds a sweep of a different spec'):
+                sweep.prepare_output_dir(self.output_dir, other, other_text)
+        with open(os.path.join(self.output_dir, 'sweep_spec.yaml')) as f:
+            self.assertEqual(f.read(), text)
+
+    def test_refuses_a_directory_that_is_not_a_sweep(self):
+        os.makedirs(self.output_dir)
+        with open(os.path.join(self.output_dir, 'notes.txt'), 'w') as f:
+            f.write('mine')
+        spec, text = self.spec()
+        with self.assertRaisesRegex(sweep.SweepError, 'is not empty and holds no sweep_spec'):
+            sweep.prepare_output_dir(self.output_dir, spec, text)
+        self.assertEqual(os.listdir(self.output_dir), ['notes.txt'])
+
+
+class OptionsTest(absltest.TestCase):
+
+    def test_local_defaults(self):
+        options = sweep.pipeline_options([])
+        direct = options.view_as(DirectOptions)
+        self.assertEqual(direct.direct_running_mode, 'multi_processing')
+        self.assertEqual(direct.direct_num_workers, os.cpu_count())
+        self.assertEqual(sweep.local_workers(options), os.cpu_count())
+        self.assertEqual(options.view_as(WorkerOptions).default_sdk_harness_log_level, 'WARNING')
+
+    def test_given_options_win(self):
+        options = sweep.pipeline_options(['--direct_num_workers=3',
+                                          '--default_sdk_harness_log_level=INFO'])
+        self.assertEqual(sweep.local_workers(options), 3)
+        self.assertEqual(options.view_as(WorkerOptions).default_sdk_harness_log_level, 'INFO')
+        in_memory = sweep.pipeline_options(['--direct_running_mode=in_memory'])
+        self.assertEqual(sweep.local_workers(in_memory), 1)
+        self.assertIsNone(sweep.local_workers(sweep.pipeline_options(
+            ['--runner=PortableRunner', '--job_endpoint=localhost:1'])))
+
+    def test_package_paths_are_taken_from_the_callers_directory(self):
+        with mock.patch.dict(os.environ, {'BUILD_WORKING_DIRECTORY': '/repo'}):
+            options = sweep.pipeline_options([
+                '--runner=DataflowRunner', '--setup_file=./pyproject.toml',
+                '--extra_package=dist/batchppo.whl', '--extra_package=/abs/other.whl'])
+        setup = options.view_as(SetupOptions)
+        self.assertEqual(setup.setup_file, '/repo/pyproject.toml')
+        self.assertEqual(setup.extra_packages, ['/repo/dist/batchppo.whl', '/abs/other.whl'])
+        self.assertIsNone(sweep.local_workers(options))
+
+    def test_unknown_and_bad_options(self):
+        with self.assertRaisesRegex(sweep.SweepError, 'unknown flags: --nope=1 stray'):
+            sweep.pipeline_options(['--nope=1', 'stray'])
+        with self.assertRaisesRegex(sweep.SweepError, 'direct_num_workers must be >= 1'):
+            sweep.pipeline_options(['--direct_num_workers=-2'])
+
+
+if __name__ == '__main__':
+    absltest.main()

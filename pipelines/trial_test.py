@@ -1,0 +1,247 @@
+"""Tests of running one trial: results, failures, timeouts, locks, cleanup and remote uploads.
+
+A stand-in trainer (written to a temporary module, behaving as its `fake.mode` binding says)
+keeps these fast; sweep_test runs the real trainer.
+"""
+
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from unittest import mock
+
+from absl.testing import absltest
+
+from pipelines import storage, sweep_spec, trial
+
+FAKE_TRAINER = '''
+import json, os, signal, subprocess, sys, time
+
+args = sys.argv[1:]
+flags = dict(arg[2:].split('=', 1) for arg in args if '=' in arg)
+bindings = [arg.split('=', 1)[1] for arg in args if arg.startswith('--gin_bindings=')]
+mode = next(b.split('=', 1)[1].strip().strip("'") for b in bindings if b.startswith('fake.mode'))
+logdir = flags['logdir']
+if mode == 'strict' and os.listdir(logdir):
+    sys.exit(f'train: error: logdir {logdir} is not empty and holds no config.gin')
+os.makedirs(logdir, exist_ok=True)
+with open(os.path.join(logdir, 'config.gin'), 'w') as f:
+    f.write('\\n'.join(bindings))
+with open(os.path.join(logdir, 'seen.json'), 'w') as f:
+    json.dump({'argv': args, 'threads': os.environ.get('TF_NUM_INTRAOP_THREADS'),
+               'caller': os.environ.get('BUILD_WORKING_DIRECTORY'), 'pid': os.getpid()}, f)
+print('training', flush=True)
+if mode == 'raise':
+    raise RuntimeError('exploded at step 1024')
+if mode == 'kill':
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode in ('hang', 'hang_with_child'):
+    if mode == 'hang_with_child':
+        child = subprocess.Popen(['sleep', '600'])
+        with open(os.path.join(logdir, 'child.pid'), 'w') as f:
+            f.write(str(child.pid))
+    with open(os.path.join(logdir, 'hanging'), 'w') as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+returns = {'nan': [-900.0, float('nan')], 'short': [-900.0]}.get(mode, [-900.0, -950.0])
+with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
+    for step, value in zip((1024, 2048), returns):
+        f.write(json.dumps({'step': step, 'mean_return': value}) + '\\n')
+'''
+
+
+def make_trial(mode, trial_id='abcd1234-seed3'):
+    return sweep_spec.Trial(id=trial_id, config_id=trial_id.split('-')[0], index=5, seed=3,
+                            bindings={'fake.mode': mode},
+                            gin_bindings=('train.total_steps = 2048', f"fake.mode = '{mode}'"))
+
+
+def wait_for(condition, timeout=30.0, what='condition'):
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError(f'timed out after {timeout} s waiting for {what}')
+        time.sleep(0.05)
+
+
+def process_gone(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().split(')')[-1].split()[0] == 'Z'  # A zombie has exited.
+    except FileNotFoundError:
+        return True
+
+
+class TrialTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        modules = self.create_tempdir('modules').full_path
+        with open(os.path.join(modules, 'fake_trainer.py'), 'w') as f:
+            f.write(FAKE_TRAINER)
+        environ = mock.patch.dict(os.environ, {'PYTHONPATH': modules})
+        environ.start()
+        self.addCleanup(environ.stop)
+        self.output_dir = self.create_tempdir('sweep').full_path
+        self.settings = trial.Settings(
+            output_dir=self.output_dir, gin_files=('configs/pendulum.gin',), env_steps=2048,
+            timeout_s=60, caller_directory='/some/caller', threads=1,
+            trainer_module='fake_trainer')
+
+    def logdir(self, trial_id='abcd1234-seed3'):
+        return os.path.join(self.output_dir, 'trials', trial_id)
+
+    def seen(self, trial_id='abcd1234-seed3'):
+        with open(os.path.join(self.logdir(trial_id), 'seen.json')) as f:
+            return json.load(f)
+
+    def test_ok_trial(self):
+        record = trial.run(make_trial('ok'), self.settings)
+        self.assertEqual(record['status'], 'ok', record['error'])
+        self.assertEqual((record['final_return'], record['best_return'], record['env_steps']),
+                         (-950.0, -900.0, 2048))
+        self.assertEqual((record['id'], record['config_id'], record['seed'], record['index']),
+                         ('abcd1234-seed3', 'abcd1234', 3, 5))
+        self.assertEqual(record['bindings'], {'fake.mode': 'ok'})
+        self.assertEqual(record['logdir'], 'trials/abcd1234-seed3')
+        self.assertIsNone(record['error'])
+        self.assertGreater(record['wall_time_s'], 0)
+        self.assertEqual(record['worker'], f'{socket.gethostname()}/{os.getpid()}')
+        self.assertEqual(trial.read_result(self.output_dir, 'abcd1234-seed3'), record)
+        with open(os.path.join(self.logdir(), 'train.log')) as f:
+            self.assertIn('training', f.read())
+        seen = self.seen()
+        self.assertEqual(seen['argv'], [
+            '--gin_file=configs/pendulum.gin', '--gin_bindings=train.total_steps = 2048',
+            "--gin_bindings=fake.mode = 'ok'", f'--logdir={self.logdir()}', '--seed=3'])
+        self.assertEqual((seen['threads'], seen['caller']), ('1', '/some/caller'))
+
+    def test_command_is_the_trainers(self):
+        settings = trial.Settings(output_dir='/out', gin_files=('a.gin', 'b.gin'), env_steps=5)
+        self.assertEqual(trial.trainer_command(make_trial('ok'), settings, '/out/trials/x'), [
+            sys.executable, '-m', 'agents.scripts.train', '--gin_file=a.gin', '--gin_file=b.gin',
+            '--gin_bindings=train.total_steps = 2048', "--gin_bindings=fake.mode = 'ok'",
+            '--logdir=/out/trials/x', '--seed=3'])
+
+    def test_trainer_error_is_recorded_with_its_output(self):
+        record = trial.run(make_trial('raise'), self.settings)
+        self.assertEqual(record['status'], 'failed')
+        self.assertIn('trainer exited with status 1', record['error'])
+        self.assertIn('RuntimeError: exploded at step 1024', record['error'])
+        self.assertIsNone(record['final_return'])
+        self.assertEqual(trial.read_result(self.output_dir, record['id'])['status'], 'failed')
+
+    def test_nan_return_fails(self):
+        record = trial.run(make_trial('nan'), self.settings)
+        self.assertEqual(record['status'], 'failed')
+        self.assertEqual(record['error'], 'non-finite evaluation return at step 2048')
+        self.assertIsNone(record['final_return'])
+        self.assertEqual(record['best_return'], -900.0)
+        json.dumps(record, allow_nan=False)  # Stays valid JSON.
+
+    def test_stopping_before_the_budget_fails(self):
+        record = trial.run(make_trial('short'), self.settings)
+        self.assertEqual(record['status'], 'failed')
+        self.assertIn('stopped at step 1024, before the budget of 2048', record['error'])
+
+    def test_killed_trainer_fails(self):
+        record = trial.run(make_trial('kill'), self.settings)
+        self.assertEqual(record['status'], 'failed')
+        self.assertIn('trainer killed by SIGKILL', record['error'])
+
+    def test_timeout_kills_the_process_group(self):
+        settings = dataclasses.replace(self.settings, timeout_s=3)
+        record = trial.run(make_trial('hang_with_child'), settings)
+        self.assertEqual(record['status'], 'failed')
+        self.assertStartsWith(record['error'], 'timed out after 3 s')
+        self.assertIn('training', record['error'])
+        with open(os.path.join(self.logdir(), 'child.pid')) as f:
+            child = int(f.read())
+        wait_for(lambda: process_gone(child), what='the trainer\'s own child to be killed')
+        self.assertTrue(process_gone(self.seen()['pid']))
+
+    def test_rerun_resumes_in_the_same_logdir(self):
+        trial.run(make_trial('raise'), self.settings)
+        record = trial.run(make_trial('ok'), self.settings)
+        self.assertEqual(record['status'], 'ok')
+        with open(os.path.join(self.logdir(), 'train.log')) as f:
+            log = f.read()
+        self.assertIn('exploded', log)  # The earlier attempt's output is kept.
+        self.assertEqual(log.count('=== '), 2)
+
+    def test_an_attempt_that_never_trained_leaves_the_logdir_empty(self):
+        logdir = self.logdir()
+        os.makedirs(logdir)
+        for name in ('result.json', 'train.log'):
+            with open(os.path.join(logdir, name), 'w') as f:
+                f.write('from an attempt whose trainer refused its config\n')
+        record = trial.run(make_trial('strict'), self.settings)
+        self.assertEqual(record['status'], 'ok', record['error'])
+
+    def test_a_locked_logdir_is_not_trained(self):
+        os.makedirs(self.logdir())
+        descriptor = os.open(self.logdir(), os.O_RDONLY)
+        self.addCleanup(os.close, descriptor)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        record = trial.run(make_trial('ok'), self.settings)
+        self.assertEqual(record['status'], 'failed')
+        self.assertIn('being trained by another process', record['error'])
+        self.assertEqual(os.listdir(self.logdir()), [])  # Nothing written, nothing started.
+
+    def test_trainer_dies_with_the_process_that_started_it(self):
+        # A stand-in for a sweep worker: runs a hanging trial, then is killed.
+        script = textwrap.dedent(f'''
+            from pipelines import trial, sweep_spec
+            settings = trial.Settings(
+                output_dir={self.output_dir!r}, gin_files=('a.gin',), env_steps=2048,
+                trainer_module='fake_trainer')
+            trial.run(sweep_spec.Trial('abcd1234-seed3', 'abcd1234', 0, 3, {{}},
+                                       ("fake.mode = 'hang_with_child'",)), settings)
+            ''')
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.environ['PYTHONPATH'], trial.run_config.PACKAGE_ROOT]))
+        worker = subprocess.Popen([sys.executable, '-c', script], env=env)
+        self.addCleanup(worker.wait)
+        hanging = os.path.join(self.logdir(), 'hanging')
+        wait_for(lambda: os.path.exists(hanging), what='the trainer to start')
+        with open(hanging) as f:
+            trainer = int(f.read())
+        with open(os.path.join(self.logdir(), 'child.pid')) as f:
+            child = int(f.read())
+        worker.kill()
+        wait_for(lambda: process_gone(trainer), what='the trainer to die with its worker')
+        wait_for(lambda: process_gone(child), what='the trainer\'s child to die too')
+        # The lock went with them: the trial can train again.
+        self.assertEqual(trial.run(make_trial('ok'), self.settings)['status'], 'ok')
+
+    def test_remote_output_dir_gets_the_logdir_uploaded(self):
+        with mock.patch.object(storage, 'is_local', return_value=False):
+            record = trial.run(make_trial('ok'), self.settings)
+        self.assertEqual(record['status'], 'ok')
+        for name in ('metrics.jsonl', 'config.gin', 'result.json', 'train.log'):
+            self.assertTrue(os.path.isfile(os.path.join(self.logdir(), name)), name)
+        self.assertEqual(trial.read_result(self.output_dir, record['id']), record)
+        trained_in = os.path.dirname(self.seen()['argv'][-2].split('=', 1)[1] + '/')
+        self.assertNotEqual(trained_in, self.logdir())
+        self.assertFalse(os.path.exists(trained_in))  # The local copy is gone.
+
+    def test_read_result_of_a_missing_or_corrupt_file(self):
+        self.assertIsNone(trial.read_result(self.output_dir, 'nope-seed0'))
+        storage.write_text(os.path.join(self.logdir(), 'result.json'), '{"status": "o')
+        self.assertIsNone(trial.read_result(self.output_dir, 'abcd1234-seed3'))
+
+    def test_read_metrics_skips_a_cut_line(self):
+        logdir = self.create_tempdir().full_path
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'w') as f:
+            f.write('{"step": 1, "mean_return": -5.0}\n{"step": 2, "mean_ret')
+        self.assertEqual(trial.read_metrics(logdir), [{'step': 1, 'mean_return': -5.0}])
+        self.assertEqual(trial.read_metrics(os.path.join(logdir, 'missing')), [])
+
+
+if __name__ == '__main__':
+    absltest.main()
