@@ -16,9 +16,15 @@ Reported per task and system (medians over seeds):
               from the runs' own logs;
   +evals      the same window by the wall clock (evaluations, checkpoints, logging included);
   to <thr>    wall time from launch until an evaluation's mean return reached the threshold;
+  train <thr> the same by the run's own training clock (`wall_time_s` of that evaluation: from
+              the first iteration on, compilation and evaluations included; imports, building
+              the environments and the agent excluded);
   final       mean return of the last evaluation;
   peak PSS / RSS of the process tree, and its CPU seconds;
-and the ratios ours / SB3.
+and the ratios ours / SB3. The native tasks (configs/pendulum_native.gin, the environment in
+TensorFlow, with 16, 64, 256 and 4096 environments; and pendulum.gin's settings on the native
+environment) run ours only and are compared with their baseline task's rows: native / SB3 and
+native / ours on Gymnasium.
 
 Example (about 10 minutes on 2 cores):
 
@@ -42,7 +48,10 @@ from absl import app, flags
 from agents.algorithms.ppo import networks, ppo, trainer
 from agents.scripts import run_config
 
-flags.DEFINE_list('tasks', ['pendulum', 'cheetah'], 'Tasks to run (keys of TASKS).')
+flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
+                            'pendulum_native256', 'pendulum_native4096',
+                            'pendulum_gym_settings_native', 'cheetah'],
+                  'Tasks to run (keys of TASKS).')
 flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3.')
 flags.DEFINE_integer('seeds', 1, 'Seeds per task and system (0, 1, ...); medians are reported.')
 flags.DEFINE_multi_string('budget', [], "Training budget override 'task=steps', e.g. "
@@ -68,18 +77,43 @@ CLOCK_TICKS = os.sysconf('SC_CLK_TCK')
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """A benchmark task: BatchPPO's gin configuration of it, its budget and return threshold."""
+    """A benchmark task: BatchPPO's gin configuration of it, its budget and return threshold.
+
+    A task with a `baseline` (a native-environment task) runs ours only and is compared with
+    the baseline task's SB3 and ours rows.
+    """
 
     gin_files: tuple
     gin_bindings: tuple
     budget: int
     threshold: float | None = None
+    baseline: str | None = None
 
+
+NATIVE_4096_BINDINGS = ('train.num_envs = 4096', 'train.rollout_length = 8',
+                        'train.eval_every_steps = 32768', 'train.jit_compile = True')
 
 TASKS = {
     'pendulum': Task(('configs/pendulum.gin',), (), 100_000, threshold=-200.0),
     # configs/cheetah.gin (rl-zoo's tuned HalfCheetah settings) on a throughput budget.
     'cheetah': Task(('configs/cheetah.gin',), ('train.eval_every_steps = 25000',), 50_000),
+    # configs/pendulum_native.gin (16 environments x 128 steps) and its variants with 64, 256
+    # and 4096 environments (XLA over the whole iteration pays at 4096); pendulum.gin's own
+    # settings on the native environment (the same problem: returns must match 'pendulum').
+    'pendulum_native': Task(('configs/pendulum_native.gin',), (), 150_000, threshold=-200.0,
+                            baseline='pendulum'),
+    'pendulum_native64': Task(
+        ('configs/pendulum_native.gin',), ('train.num_envs = 64', 'train.rollout_length = 32'),
+        150_000, threshold=-200.0, baseline='pendulum'),
+    'pendulum_native256': Task(
+        ('configs/pendulum_native.gin',), ('train.num_envs = 256', 'train.rollout_length = 8'),
+        150_000, threshold=-200.0, baseline='pendulum'),
+    'pendulum_native4096': Task(
+        ('configs/pendulum_native.gin',), NATIVE_4096_BINDINGS, 600_000, threshold=-200.0,
+        baseline='pendulum'),
+    'pendulum_gym_settings_native': Task(
+        ('configs/pendulum.gin',), ("train.env_backend = 'native'",), 100_000, threshold=-200.0,
+        baseline='pendulum'),
 }
 
 # Settings SB3 can only run as BatchPPO does at these values.
@@ -276,6 +310,7 @@ def summarize_run(run, threshold):
                if threshold is not None and record['mean_return'] >= threshold]
     run['threshold_step'] = reached[0]['step'] if reached else None
     run['to_threshold_s'] = reached[0]['seen_s'] if reached else None
+    run['train_to_threshold_s'] = reached[0].get('wall_time_s') if reached else None
     return run
 
 
@@ -301,8 +336,8 @@ def peers_python():
     return result.stdout.strip().splitlines()[-1]
 
 
-RATIO_KEYS = ('overall_sps', 'steady_sps', 'steady_wall_sps', 'to_threshold_s', 'peak_pss_mb',
-              'peak_rss_mb', 'cpu_s')
+RATIO_KEYS = ('overall_sps', 'steady_sps', 'steady_wall_sps', 'to_threshold_s',
+              'train_to_threshold_s', 'peak_pss_mb', 'peak_rss_mb', 'cpu_s')
 SUMMARY_KEYS = RATIO_KEYS + ('final_return', 'steps', 'wall_s')
 
 
@@ -311,26 +346,44 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def task_systems(task, systems):
+    """The systems `task` runs with: ours only for a native task."""
+    return [system for system in systems if system == 'ours' or not TASKS[task].baseline]
+
+
+def _ratios(numerator, denominator):
+    return {key: numerator[key] / denominator[key] if numerator[key] and denominator[key]
+            else None for key in RATIO_KEYS}
+
+
 def summarize(runs, tasks, systems):
-    """Medians over seeds per task and system, and the ratios ours / SB3."""
+    """Medians over seeds per task and system, and the ratios ours / SB3 (for a native task:
+    native / SB3 and native / ours of its baseline task)."""
     summary = {}
     for task in tasks:
         summary[task] = {}
-        for system in systems:
+        for system in task_systems(task, systems):
             selected = [run for run in runs if run['task'] == task and run['system'] == system]
-            medians = {key: _median([run[key] for run in selected]) for key in SUMMARY_KEYS}
+            if not selected:
+                continue
+            medians = {key: _median([run.get(key) for run in selected]) for key in SUMMARY_KEYS}
             # A seed that never reached the threshold counts as slower than every other one.
-            to_threshold = _median([math.inf if run['to_threshold_s'] is None
-                                    else run['to_threshold_s'] for run in selected])
-            medians['to_threshold_s'] = None if to_threshold == math.inf else to_threshold
+            for key in ('to_threshold_s', 'train_to_threshold_s'):
+                median = _median([math.inf if run.get(key) is None else run[key]
+                                  for run in selected])
+                medians[key] = None if median == math.inf else median
             medians['reached'] = sum(run['to_threshold_s'] is not None for run in selected)
             medians['seeds'] = len(selected)
             summary[task][system] = medians
         if {'ours', 'sb3'} <= set(summary[task]):
-            ours, sb3 = summary[task]['ours'], summary[task]['sb3']
-            summary[task]['ratio'] = {
-                key: ours[key] / sb3[key] if ours[key] and sb3[key] else None
-                for key in RATIO_KEYS}
+            summary[task]['ratio'] = _ratios(summary[task]['ours'], summary[task]['sb3'])
+    for task in tasks:
+        baseline = summary.get(TASKS[task].baseline, {})
+        if 'ours' in summary[task]:
+            if 'sb3' in baseline:
+                summary[task]['native/SB3'] = _ratios(summary[task]['ours'], baseline['sb3'])
+            if 'ours' in baseline:
+                summary[task]['native/gym'] = _ratios(summary[task]['ours'], baseline['ours'])
     return summary
 
 
@@ -339,25 +392,29 @@ def format_table(summary, tasks, loads=()):
         return '-' if value is None else f'{value:,.{digits}f}'
 
     header = ('task', 'system', 'steps', 'overall/s', 'steady/s', '+evals/s', 'to thr (s)',
-              'final', 'PSS MB', 'RSS MB', 'CPU s')
+              'train thr (s)', 'final', 'PSS MB', 'RSS MB', 'CPU s')
+    ratio_labels = {'ratio': 'ours/SB3', 'native/SB3': 'native/SB3', 'native/gym': 'native/gym'}
     rows = [header]
     for task in tasks:
         threshold = TASKS[task].threshold
         for system, values in summary[task].items():
-            if system == 'ratio':
-                rows.append((task, 'ours/SB3', '', number(values['overall_sps'], 2),
+            if system in ratio_labels:
+                rows.append((task, ratio_labels[system], '', number(values['overall_sps'], 2),
                              number(values['steady_sps'], 2),
                              number(values['steady_wall_sps'], 2),
-                             number(values['to_threshold_s'], 2), '',
+                             number(values['to_threshold_s'], 2),
+                             number(values['train_to_threshold_s'], 2), '',
                              number(values['peak_pss_mb'], 2), number(values['peak_rss_mb'], 2),
                              number(values['cpu_s'], 2)))
                 continue
             to_threshold = '' if threshold is None else (
                 f'{number(values["to_threshold_s"], 1)} '
                 f'({values["reached"]}/{values["seeds"]})')
+            train_to_threshold = '' if threshold is None else number(
+                values['train_to_threshold_s'], 1)
             rows.append((task, system, number(values['steps']), number(values['overall_sps']),
                          number(values['steady_sps']), number(values['steady_wall_sps']),
-                         to_threshold, number(values['final_return'], 1),
+                         to_threshold, train_to_threshold, number(values['final_return'], 1),
                          number(values['peak_pss_mb']),
                          number(values['peak_rss_mb']), number(values['cpu_s'], 1)))
     widths = [max(len(str(row[column])) for row in rows) for column in range(len(header))]
@@ -368,7 +425,9 @@ def format_table(summary, tasks, loads=()):
     if thresholds:
         lines.append(f'to thr: wall time from launch to an eval mean return >= threshold '
                      f'({thresholds}); (reached/seeds); a seed that never reached it counts as '
-                     'slowest, - when that is the median.')
+                     'slowest, - when that is the median; train thr: the same by the run\'s own '
+                     'training clock (no imports or setup). native/*: a native task against its '
+                     'baseline task\'s SB3 and ours (Gymnasium) rows.')
     if loads:
         lines.append(f'Load average (1 min) at the runs\' starts: {min(loads):.1f} to '
                      f'{max(loads):.1f} on {os.cpu_count()} CPUs.')
@@ -409,7 +468,7 @@ def main(argv):
         settings_by_task[task] = settings
         print(f'{task}: {json.dumps(settings)}', flush=True)
         for seed in range(FLAGS.seeds):
-            for system in FLAGS.systems:
+            for system in task_systems(task, FLAGS.systems):
                 logdir = os.path.join(workdir, f'{task}-{system}-seed{seed}')
                 if system == 'ours':
                     command, env = ours_command(gin_files, bindings, logdir, seed), ours_env

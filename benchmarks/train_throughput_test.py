@@ -111,8 +111,10 @@ class RunMonitoredTest(absltest.TestCase):
 
 
 def _evals(*records):
+    """Evaluation records (step, env_steps_per_sec, seen_s, mean_return); the run's own
+    wall_time_s is one second less than seen_s (imports and setup)."""
     return [dict(zip(('step', 'env_steps_per_sec', 'seen_s', 'mean_return'), record,
-                     strict=True)) for record in records]
+                     strict=True), wall_time_s=record[2] - 1.0) for record in records]
 
 
 class SummaryTest(absltest.TestCase):
@@ -129,6 +131,7 @@ class SummaryTest(absltest.TestCase):
         self.assertAlmostEqual(run['steady_wall_sps'], 1500.0)
         self.assertEqual(run['threshold_step'], 2500)
         self.assertEqual(run['to_threshold_s'], 5.0)
+        self.assertEqual(run['train_to_threshold_s'], 4.0)
         self.assertEqual(run['final_return'], -150.0)
 
     def test_summarize_run_without_threshold_or_second_evaluation(self):
@@ -157,6 +160,28 @@ class SummaryTest(absltest.TestCase):
         self.assertIn('ours/SB3', table)
         self.assertIn('30.0 (2/3)', table)
         self.assertIn('1.0 to 2.5', table)
+
+    def test_native_tasks_run_ours_only_against_their_baseline(self):
+        def run(task, system, sps, to_threshold):
+            return {'task': task, 'system': system, 'to_threshold_s': to_threshold,
+                    'train_to_threshold_s': to_threshold - 2.0,
+                    **{key: sps for key in train_throughput.SUMMARY_KEYS
+                       if key not in ('to_threshold_s', 'train_to_threshold_s')}}
+
+        tasks = ['pendulum', 'pendulum_native256']
+        self.assertEqual(train_throughput.task_systems('pendulum_native256', ['ours', 'sb3']),
+                         ['ours'])
+        runs = [run('pendulum', 'ours', 200.0, 12.0), run('pendulum', 'sb3', 100.0, 22.0),
+                run('pendulum_native256', 'ours', 1000.0, 7.0)]
+        summary = train_throughput.summarize(runs, tasks, ['ours', 'sb3'])
+        self.assertNotIn('sb3', summary['pendulum_native256'])
+        self.assertEqual(summary['pendulum_native256']['native/SB3']['overall_sps'], 10.0)
+        self.assertEqual(summary['pendulum_native256']['native/gym']['overall_sps'], 5.0)
+        self.assertEqual(summary['pendulum_native256']['native/SB3']['train_to_threshold_s'],
+                         0.25)
+        table = train_throughput.format_table(summary, tasks)
+        self.assertIn('native/SB3', table)
+        self.assertIn('native/gym', table)
 
     def test_parse_budgets(self):
         self.assertEqual(train_throughput.parse_budgets(['pendulum=5000'], ['pendulum']),

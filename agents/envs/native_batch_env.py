@@ -184,6 +184,12 @@ class NativeBatchEnv(tf.Module):
         """`action` as the native env receives it, after the action wrappers."""
         return self._transform_action(tf.convert_to_tensor(action, self.action_space.dtype))
 
+    def request_reset(self):
+        """Marks every environment as needing a reset (e.g. after a rollout failed midway), so
+        that a simulator resets all of them before its next step; their episodes are dropped."""
+        self.terminated.assign(tf.zeros_like(self.terminated))
+        self.truncated.assign(tf.ones_like(self.truncated))
+
     def close(self):
         """Nothing to release; here for the interface of `InGraphBatchEnv`."""
 
@@ -244,7 +250,7 @@ class NativeBatchEnv(tf.Module):
             ['step() of environments whose episode ended (or never started): reset them first; '
              'done:', self.done], summarize=16)]
         if action.dtype.is_floating:
-            checks.append(tf.debugging.assert_all_finite(action, 'action contains NaN or inf'))
+            checks.append(tf.debugging.assert_all_finite(action, 'action contains NaN or infinity'))
         if isinstance(self.action_space, gym.spaces.Discrete):
             space = self.action_space
             checks.append(tf.debugging.Assert(

@@ -1,13 +1,15 @@
 """The PPO training loop: alternating training and evaluation phases, with everything logged.
 
 Each training iteration is one compiled call: the simulator's T-step rollout of the batch of
-environments followed by the PPO update. Every `eval_every_steps` environment steps the mean
-(deterministic) policy runs `eval_episodes` episodes on separate environment instances; the run
-then writes a checkpoint, exports the policy as a SavedModel to `policy/<step>/`, and writes a
-line of `metrics.jsonl` and TensorBoard summaries, in this order, so that nothing the run logs
-leads its checkpoints. A rerun in the same logdir restores the latest checkpoint that reads back
-(step count, weights, optimizer and normalizer statistics) and goes on; episodes in flight
-restart (see recovery.py for what a killed run leaves behind and how resuming deals with it).
+environments followed by the PPO update. With the native backend (`env_backend='native'`, TF
+environments from agents/envs) that call runs no Python at all (`jit_compile` hands it to XLA).
+Every `eval_every_steps` environment steps the mean (deterministic) policy runs `eval_episodes`
+episodes on separate environment instances; the run then writes a checkpoint, exports the policy as
+a SavedModel to `policy/<step>/`, and writes a line of `metrics.jsonl` and TensorBoard summaries, in
+this order, so that nothing the run logs leads its checkpoints. A rerun in the same logdir restores
+the latest checkpoint that reads back (step count, weights, optimizer and normalizer statistics) and
+goes on; episodes in flight restart (see recovery.py for what a killed run leaves behind and how
+resuming deals with it).
 
 Faults end in a `TrainingError` that names the problem, never with a checkpoint of a broken
 state:
@@ -40,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from agents import envs
 from agents.algorithms.ppo import policy_export, ppo, recovery, simulated_agent
 from agents.scripts import run_config
 from agents.tools import batch_env, in_graph_batch_env, simulate
@@ -48,6 +51,7 @@ from agents.tools import wrappers as wrappers_lib
 METRICS_FILE = 'metrics.jsonl'
 CHECKPOINT_DIR = 'checkpoints'
 ENV_FAILURE_POLICIES = ('restart', 'stop')
+ENV_BACKENDS = ('gymnasium', 'native')
 NONFINITE_POLICIES = ('stop', 'skip')
 # Codes of the `nonfinite` output of a compiled iteration: what went non-finite first.
 NONFINITE_QUANTITIES = {
@@ -112,6 +116,9 @@ def training_run(logdir,
           num_envs=16,
           rollout_length=128,
           env_mode='external',
+          env_backend='gymnasium',
+          native_dtype='float64',
+          jit_compile=None,
           num_workers=None,
           env_kwargs=None,
           wrappers=('range_normalize', 'ClipAction'),
@@ -135,7 +142,16 @@ def training_run(logdir,
       total_steps: training budget in environment steps (rounded up to whole iterations).
       num_envs: environments stepped together for training.
       rollout_length: steps per environment between updates (T).
-      env_mode: 'external' (worker processes, shared memory) or 'in_process'.
+      env_mode: 'external' (worker processes, shared memory), 'in_process' or 'hybrid'
+        (see `batch_env.BatchEnv`); the Gymnasium backend only.
+      env_backend: 'gymnasium' (Gymnasium environments through the in-graph batch env) or
+        'native' (the TF twin of `env_id` from agents/envs: rollout and update are one TF
+        program, no Python per step; Pendulum-v1, CartPole-v1, MountainCarContinuous-v0,
+        Acrobot-v1).
+      native_dtype: 'float64' or 'float32', the physics dtype of the native training
+        environments (float32 is faster; evaluation always runs float64, Gymnasium-exact).
+      jit_compile: compile iterations and evaluations with XLA; None: for the native backend
+        (the Gymnasium backend calls Python in the graph, which XLA cannot compile).
       num_workers: worker processes in external mode (default: the number of cores).
       env_kwargs: keyword arguments of `gymnasium.make`.
       wrappers: wrapper specs applied to each environment (see `wrappers.apply_wrappers`);
@@ -169,6 +185,9 @@ def training_run(logdir,
             raise run_config.ConfigError(
                 f'train.{name} must be a non-negative integer, got {value!r}')
     for name, value, choices in (('env_mode', env_mode, ('external', 'in_process', 'hybrid')),
+                                 ('env_backend', env_backend, ENV_BACKENDS),
+                                 ('native_dtype', native_dtype, ('float64', 'float32')),
+                                 ('jit_compile', jit_compile, (None, True, False)),
                                  ('on_env_failure', on_env_failure, ENV_FAILURE_POLICIES),
                                  ('on_nonfinite', on_nonfinite, NONFINITE_POLICIES)):
         if value not in choices:
@@ -179,17 +198,31 @@ def training_run(logdir,
             f'train.log_every_secs must be a positive number, got {log_every_secs!r}')
     steps_per_iteration = num_envs * rollout_length
     num_iterations = -(-total_steps // steps_per_iteration)
-    env_fn = env_factory(env_id, env_kwargs, wrappers)
-    make_train_env = functools.partial(make_vector_env, env_fn, num_envs, env_mode, num_workers)
+    native = env_backend == 'native'
+    if jit_compile is None:
+        jit_compile = native
+    if jit_compile and not native:
+        raise run_config.ConfigError(
+            'train.jit_compile = True needs train.env_backend = \'native\': Gymnasium '
+            'environments are stepped by Python, which XLA cannot compile')
+    make_train_env = None
     with contextlib.ExitStack() as stack:
-        train_env = in_graph_batch_env.InGraphBatchEnv(
-            _configured(make_train_env, env_id), seed=seed)
-        stack.callback(train_env.close)
-        eval_env = in_graph_batch_env.InGraphBatchEnv(
-            _configured(functools.partial(
-                make_vector_env, env_fn, eval_episodes, 'in_process', None), env_id),
-            seed=seed + 1_000_000)
-        stack.callback(eval_env.close)
+        if native:
+            train_env, eval_env = _native_envs(
+                env_id, env_kwargs, wrappers, num_envs, eval_episodes, native_dtype,
+                check_inputs=not jit_compile, seed=seed)
+        else:
+            env_fn = env_factory(env_id, env_kwargs, wrappers)
+            make_train_env = functools.partial(
+                make_vector_env, env_fn, num_envs, env_mode, num_workers)
+            train_env = in_graph_batch_env.InGraphBatchEnv(
+                _configured(make_train_env, env_id), seed=seed)
+            stack.callback(train_env.close)
+            eval_env = in_graph_batch_env.InGraphBatchEnv(
+                _configured(functools.partial(
+                    make_vector_env, env_fn, eval_episodes, 'in_process', None), env_id),
+                seed=seed + 1_000_000)
+            stack.callback(eval_env.close)
         try:
             agent = build_agent(
                 train_env.observation_space, train_env.action_space, num_envs, seed,
@@ -200,7 +233,30 @@ def training_run(logdir,
                           eval_every_steps, checkpoints_to_keep, log_every_secs,
                           make_train_env=make_train_env, on_env_failure=on_env_failure,
                           max_env_restarts=max_env_restarts, on_nonfinite=on_nonfinite,
-                          seed=seed)
+                          seed=seed, jit_compile=jit_compile)
+
+
+def _native_envs(env_id, env_kwargs, wrappers, num_envs, eval_episodes, dtype, check_inputs,
+                 seed):
+    """The native training and evaluation environments of `env_id` (see agents/envs)."""
+    if not envs.has_native_env(env_id):
+        raise run_config.ConfigError(
+            f'train.env_backend = \'native\': no native environment for {env_id!r}; native '
+            f'ones: {", ".join(sorted(envs.ENVS))}')
+    if env_kwargs:
+        raise run_config.ConfigError(
+            f'train.env_kwargs = {env_kwargs!r}: native environments take no keyword arguments')
+    try:
+        train_env = envs.make(env_id, num_envs, seed=seed, wrappers=tuple(wrappers),
+                              dtype=getattr(tf, dtype), check_inputs=check_inputs)
+        # Float64 physics: evaluations agree with Gymnasium's environment to 1e-5.
+        eval_env = envs.make(env_id, eval_episodes, seed=seed + 1_000_000,
+                             wrappers=tuple(wrappers), dtype=tf.float64,
+                             check_inputs=check_inputs)
+    except (ValueError, TypeError) as error:
+        raise run_config.ConfigError(
+            f'cannot make native environment {env_id!r}: {_first_line(error)}') from error
+    return train_env, eval_env
 
 
 def _is_int(value):
@@ -319,7 +375,8 @@ class TrainingRun:
 
     def __init__(self, logdir, agent, train_env, eval_env, rollout_length, total_steps,
                  eval_every_steps, checkpoints_to_keep, log_every_secs, make_train_env=None,
-                 on_env_failure='restart', max_env_restarts=3, on_nonfinite='stop', seed=0):
+                 on_env_failure='restart', max_env_restarts=3, on_nonfinite='stop', seed=0,
+                 jit_compile=False):
         self._logdir = logdir
         self._agent = agent
         self._train_env = train_env
@@ -339,6 +396,12 @@ class TrainingRun:
         self._total_env_restarts = 0
         self.skipped_batches = 0
         self._dropped_in_a_row = 0
+        # Autograph off: the code has no tensor-dependent Python control flow, and converting
+        # it took 1 to 2 s (CPU) of tracing the first iteration.
+        self._compiled_iteration = tf.function(
+            self._iteration_graph, autograph=False, jit_compile=jit_compile)
+        self._eval_rollout = tf.function(
+            self._eval_rollout_graph, autograph=False, jit_compile=jit_compile)
         self._train_sim = simulate.Simulator(
             train_env, simulated_agent.SimulatedAgent(agent, len(train_env)))
         self._eval_sim = simulate.Simulator(
@@ -497,10 +560,8 @@ class TrainingRun:
         every = self._eval_every_steps
         return steps >= self._total_steps or steps // every > previous_steps // every
 
-    # No AutoGraph here and in the simulator: the code has no tensor-dependent Python control
-    # flow, and converting it took 1 to 2 s (CPU) of tracing the first iteration.
-    @tf.function(autograph=False)
-    def _compiled_iteration(self, reset):
+    def _iteration_graph(self, reset):
+        """The rollout and the update, compiled as `_compiled_iteration`."""
         transitions = self._train_sim.rollout(self._rollout_length, reset=reset)
         batch = {
             'observ': transitions.observ,
@@ -553,13 +614,15 @@ class TrainingRun:
         """One compiled iteration, redone on fresh environments if they fail (see
         `on_env_failure`); returns the episode summary and the update's metrics."""
         while True:
-            vector_env = self._train_env.vector_env
-            vector_env.failure = None
+            # Native environments have no vector env: they run no code that could crash.
+            vector_env = getattr(self._train_env, 'vector_env', None)
+            if vector_env is not None:
+                vector_env.failure = None
             try:
                 summary, metrics = self._compiled_iteration(tf.constant(reset))
                 break
             except tf.errors.OpError as error:
-                failure = vector_env.failure
+                failure = vector_env.failure if vector_env is not None else None
                 if failure is not None:
                     self._restart_envs(failure)
                 elif _NONFINITE_ACTION in error.message:
@@ -788,8 +851,7 @@ class TrainingRun:
                 finished |= new
         return returns, lengths
 
-    @tf.function(autograph=False)
-    def _eval_rollout(self, reset):
+    def _eval_rollout_graph(self, reset):
         transitions = self._eval_sim.rollout(100, reset=reset)
         return {'terminated': transitions.terminated, 'truncated': transitions.truncated,
                 'episode_return': transitions.episode_return,

@@ -86,6 +86,48 @@ class TrainerTest(absltest.TestCase):
         self.assertIsNone(trainer.train(logdir, **config))
         self.assertLen(read_metrics(logdir), 1)
 
+    def test_native_backend_learns_and_exports(self):
+        logdir = self.create_tempdir().full_path
+        last = trainer.train(
+            logdir, env_id='Pendulum-v1', total_steps=30720, num_envs=16, rollout_length=128,
+            env_backend='native', eval_every_steps=10240, eval_episodes=8, seed=1)
+        metrics = read_metrics(logdir)
+        self.assertEqual([m['step'] for m in metrics], [10240, 20480, 30720])
+        self.assertEqual(last, metrics[-1])
+        self.assertEqual({m['mean_length'] for m in metrics}, {200.0})  # Gymnasium's limit.
+        self.assertGreater(metrics[-1]['mean_return'], metrics[0]['mean_return'] + 300,
+                           metrics)
+        policy_dir = os.path.join(logdir, 'policy', str(metrics[-1]['step']))
+        self.assertTrue(os.path.isdir(policy_dir))
+
+    def test_native_backend_runs_discrete_actions_under_xla(self):
+        gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
+        logdir = self.create_tempdir().full_path
+        trainer.train(logdir, env_id='CartPole-v1', total_steps=1024, num_envs=8,
+                      rollout_length=32, wrappers=(), env_backend='native', jit_compile=True,
+                      native_dtype='float32', eval_every_steps=512, eval_episodes=2, seed=0)
+        metrics = read_metrics(logdir)
+        self.assertEqual([m['step'] for m in metrics], [512, 1024])
+        for record in metrics:
+            self.assertBetween(record['mean_length'], 8, 500)
+
+    def test_native_backend_mistakes(self):
+        for arguments, message in (
+                (dict(env_id='MountainCar-v0'), "no native environment for 'MountainCar-v0'; "
+                 'native ones: Acrobot-v1, CartPole-v1'),
+                (dict(env_kwargs={'g': 9.0}), 'native environments take no keyword arguments'),
+                (dict(wrappers=('FrameStackObservation',)), "cannot make native environment "
+                 "'Pendulum-v1': unknown wrapper 'FrameStackObservation'"),
+                (dict(env_backend='jax'), "train.env_backend must be one of 'gymnasium', "
+                 "'native'; got 'jax'"),
+                (dict(native_dtype='float16'), 'train.native_dtype must be one of'),
+                (dict(env_backend='gymnasium', jit_compile=True),
+                 "train.jit_compile = True needs train.env_backend = 'native'")):
+            arguments = {'env_id': 'Pendulum-v1', 'env_backend': 'native', **arguments}
+            with self.subTest(**arguments), \
+                    self.assertRaisesRegex(run_config.ConfigError, message):
+                trainer.train(self.create_tempdir().full_path, total_steps=64, **arguments)
+
     def test_unknown_env_id(self):
         with self.assertRaisesRegex(run_config.ConfigError, "unknown env id 'NoSuchEnv-v0'"):
             trainer.train(self.create_tempdir().full_path, env_id='NoSuchEnv-v0',
