@@ -90,8 +90,10 @@ class Task:
     baseline: str | None = None
 
 
+# 4096 environments: 32 minibatches of 1024 (8 of 4096 reached -200 in 1 of 3 seeds by 600k).
 NATIVE_4096_BINDINGS = ('train.num_envs = 4096', 'train.rollout_length = 8',
-                        'train.eval_every_steps = 32768', 'train.jit_compile = True')
+                        'train.eval_every_steps = 32768', 'train.jit_compile = True',
+                        'PPO.num_minibatches = 32')
 
 TASKS = {
     'pendulum': Task(('configs/pendulum.gin',), (), 100_000, threshold=-200.0),
