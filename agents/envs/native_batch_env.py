@@ -184,12 +184,6 @@ class NativeBatchEnv(tf.Module):
         """`action` as the native env receives it, after the action wrappers."""
         return self._transform_action(tf.convert_to_tensor(action, self.action_space.dtype))
 
-    def request_reset(self):
-        """Marks every environment as needing a reset (e.g. after a rollout failed midway), so
-        that a simulator resets all of them before its next step; their episodes are dropped."""
-        self.terminated.assign(tf.zeros_like(self.terminated))
-        self.truncated.assign(tf.ones_like(self.truncated))
-
     def close(self):
         """Nothing to release; here for the interface of `InGraphBatchEnv`."""
 

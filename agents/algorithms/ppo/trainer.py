@@ -626,9 +626,9 @@ class TrainingRun:
                 if failure is not None:
                     self._restart_envs(failure)
                 elif _NONFINITE_ACTION in error.message:
-                    # The rollout ended early; nothing was updated. Start new episodes.
+                    # The rollout ended early; nothing was updated. The retry below resets
+                    # every environment (reset=True): new episodes.
                     self._on_nonfinite_batch(6, None)
-                    self._train_env.request_reset()
                 else:
                     raise
             reset = True
@@ -835,7 +835,6 @@ class TrainingRun:
             except tf.errors.OpError as error:
                 if _NONFINITE_ACTION not in error.message:
                     raise
-                self._eval_env.request_reset()
                 raise NonFiniteError(
                     f'non-finite {NONFINITE_QUANTITIES[6]} in the evaluation at step {steps}; '
                     f'the run stopped before saving step {steps}; the last checkpoint (step '

@@ -6,7 +6,7 @@ import os
 import gin
 import numpy as np
 import tensorflow as tf
-from absl.testing import absltest
+from absl.testing import absltest, parameterized
 
 from agents.algorithms.ppo import networks, trainer
 from agents.scripts import run_config
@@ -25,7 +25,7 @@ def read_metrics(logdir):
         return [json.loads(line) for line in f]
 
 
-class TrainerTest(absltest.TestCase):
+class TrainerTest(parameterized.TestCase):
 
     def setUp(self):
         super().setUp()
@@ -33,16 +33,20 @@ class TrainerTest(absltest.TestCase):
         gin.parse_config(PENDULUM)
         self.addCleanup(gin.clear_config)
 
-    def test_pendulum_return_improves(self):
+    @parameterized.named_parameters(
+        ('gymnasium', dict(env_backend='gymnasium', env_mode='in_process')),
+        ('native', dict(env_backend='native')))
+    def test_pendulum_return_improves(self, backend):
         logdir = self.create_tempdir().full_path
         last = trainer.train(
             logdir, env_id='Pendulum-v1', total_steps=30720, num_envs=16, rollout_length=128,
-            env_mode='in_process', eval_every_steps=10240, eval_episodes=8, seed=1)
+            eval_every_steps=10240, eval_episodes=8, seed=1, **backend)
         metrics = read_metrics(logdir)
         self.assertEqual([m['step'] for m in metrics], [10240, 20480, 30720])
         self.assertEqual(last, metrics[-1])
         for record in metrics:
             self.assertEqual(record['episodes'], 8)
+            self.assertEqual(record['mean_length'], 200.0)  # Gymnasium's time limit.
             self.assertGreater(record['env_steps_per_sec'], 0)
         # A random policy scores about -1200; learning brings it far up.
         self.assertGreater(metrics[-1]['mean_return'], metrics[0]['mean_return'] + 300,
@@ -50,6 +54,7 @@ class TrainerTest(absltest.TestCase):
         self.assertTrue(os.path.isfile(os.path.join(logdir, 'operative_config.gin')))
         self.assertNotEmpty([name for name in os.listdir(logdir)
                              if name.startswith('events.out.tfevents')])
+        self.assertTrue(os.path.isdir(os.path.join(logdir, 'policy', str(metrics[-1]['step']))))
 
     def test_resume_restores_state_exactly_and_goes_on(self):
         logdir = self.create_tempdir().full_path
@@ -85,20 +90,6 @@ class TrainerTest(absltest.TestCase):
         trainer.train(logdir, **config)
         self.assertIsNone(trainer.train(logdir, **config))
         self.assertLen(read_metrics(logdir), 1)
-
-    def test_native_backend_learns_and_exports(self):
-        logdir = self.create_tempdir().full_path
-        last = trainer.train(
-            logdir, env_id='Pendulum-v1', total_steps=30720, num_envs=16, rollout_length=128,
-            env_backend='native', eval_every_steps=10240, eval_episodes=8, seed=1)
-        metrics = read_metrics(logdir)
-        self.assertEqual([m['step'] for m in metrics], [10240, 20480, 30720])
-        self.assertEqual(last, metrics[-1])
-        self.assertEqual({m['mean_length'] for m in metrics}, {200.0})  # Gymnasium's limit.
-        self.assertGreater(metrics[-1]['mean_return'], metrics[0]['mean_return'] + 300,
-                           metrics)
-        policy_dir = os.path.join(logdir, 'policy', str(metrics[-1]['step']))
-        self.assertTrue(os.path.isdir(policy_dir))
 
     def test_native_backend_runs_discrete_actions_under_xla(self):
         gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
