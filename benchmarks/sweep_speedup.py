@@ -68,9 +68,7 @@ def check(records, side):
 
 def main(argv):
     del argv
-    spec_path = run_config.resolve_path(FLAGS.spec)
-    if not os.path.isfile(spec_path):
-        spec_path = os.path.join(run_config.PACKAGE_ROOT, FLAGS.spec)
+    spec_path = sweep_spec.find(FLAGS.spec)
     spec = sweep_spec.load(spec_path, name=FLAGS.spec)
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='sweep_speedup-')
     print(f'{FLAGS.spec}: {len(spec.trials())} trials of {spec.env_steps} env steps; '

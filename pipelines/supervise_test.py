@@ -1,14 +1,15 @@
 """Tests of pipelines.supervise: exit status passed through, the group killed with the caller."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 
 from absl.testing import absltest
 
 from agents.scripts import run_config
+from pipelines.process_testing import process_gone, wait_for
 
 
 def supervise(*command, new_session=True, timeout=60):
@@ -17,14 +18,6 @@ def supervise(*command, new_session=True, timeout=60):
         [sys.executable, '-m', 'pipelines.supervise', str(os.getpid()), *command], env=env,
         start_new_session=new_session, capture_output=True, text=True, timeout=timeout,
         check=False)
-
-
-def process_gone(pid):
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().split(')')[-1].split()[0] == 'Z'  # A zombie has exited.
-    except FileNotFoundError:
-        return True
 
 
 class SuperviseTest(absltest.TestCase):
@@ -53,17 +46,17 @@ subprocess.Popen([sys.executable, '-m', 'pipelines.supervise', str(os.getpid()),
                   'sleep 600 & echo $$ $! > {pid_file}; wait'], start_new_session=True).wait()
 '''], env=dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT))
         self.addCleanup(caller.wait)
-        deadline = time.time() + 30
-        while not (os.path.exists(pid_file) and open(pid_file).read().endswith('\n')):
-            self.assertLess(time.time(), deadline, 'the command did not start')
-            time.sleep(0.05)
+
+        def started():
+            with contextlib.suppress(FileNotFoundError), open(pid_file) as f:
+                return f.read().endswith('\n')
+
+        wait_for(started, what='the command to start')
         with open(pid_file) as f:
             pids = [int(pid) for pid in f.read().split()]
         caller.kill()
-        deadline = time.time() + 30
-        while not all(process_gone(pid) for pid in pids):
-            self.assertLess(time.time(), deadline, f'{pids} outlived the caller')
-            time.sleep(0.05)
+        wait_for(lambda: all(process_gone(pid) for pid in pids),
+                 what=f'{pids} to die with the caller')
 
 
 if __name__ == '__main__':

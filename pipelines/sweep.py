@@ -174,8 +174,9 @@ def summarize(records):
         configurations.setdefault(record['config_id'], []).append(record)
     rows = []
     for config_id, group in configurations.items():
-        finals = [r['final_return'] for r in group if r['status'] == trial_lib.OK]
-        bests = [r['best_return'] for r in group if r['status'] == trial_lib.OK]
+        ok = [r for r in group if r['status'] == trial_lib.OK]
+        finals = [r['final_return'] for r in ok]
+        bests = [r['best_return'] for r in ok]
         rows.append({
             'config_id': config_id,
             'bindings': group[0]['bindings'],
@@ -202,16 +203,16 @@ def summary_csv(rows):
     writer = csv.writer(text, lineterminator='\n')
     writer.writerow(columns)
     for row in rows:
-        values = {**row, **{name: json.dumps(row['bindings'].get(name)) if isinstance(
-            row['bindings'].get(name), list | dict) else row['bindings'].get(name)
-            for name in parameters}}
+        values = {**row, **{name: row['bindings'].get(name) for name in parameters}}
         writer.writerow(['' if values[column] is None else _csv_value(values[column])
                          for column in columns])
     return text.getvalue()
 
 
 def _csv_value(value):
-    return f'{value:.8g}' if isinstance(value, float) else value
+    if isinstance(value, float):
+        return f'{value:.8g}'
+    return json.dumps(value) if isinstance(value, list | dict) else value
 
 
 def build(pipeline, pending, completed, settings, trial_ids, started_at):
@@ -268,8 +269,7 @@ def local_workers(options):
     """Trials trained at once on this machine, or None when the runner is not local."""
     if options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
         return None
-    direct = options.view_as(DirectOptions)
-    return direct.direct_num_workers if direct.direct_running_mode != 'in_memory' else 1
+    return options.view_as(DirectOptions).direct_num_workers  # 1 in memory (pipeline_options).
 
 
 def _unknown_beam_args(args):
@@ -278,18 +278,9 @@ def _unknown_beam_args(args):
     return parsers[0].parse_known_args(args)[1]
 
 
-def find_spec(path):
-    """The spec file: relative paths from the caller's directory, else among the bundled ones
-    (so `--spec=configs/sweeps/pendulum.yaml` works from anywhere)."""
-    candidates = [run_config.resolve_path(path)]
-    if not os.path.isabs(path):
-        candidates.append(os.path.join(run_config.PACKAGE_ROOT, path))
-    return next((c for c in candidates if os.path.isfile(c)), candidates[0])
-
-
 def main(argv):
     try:
-        spec_path = find_spec(FLAGS.spec)
+        spec_path = sweep_spec.find(FLAGS.spec)
         spec = sweep_spec.load(spec_path, name=FLAGS.spec)
         sweep_spec.check_gin(spec)
         with open(spec_path, encoding='utf-8') as f:
@@ -323,9 +314,7 @@ def main(argv):
                  options.view_as(StandardOptions).runner or 'DirectRunner',
                  f' with {workers} workers' if workers else '')
     # Local worker processes import this tree as the trainer does.
-    os.environ['PYTHONPATH'] = os.pathsep.join(
-        [run_config.PACKAGE_ROOT] + [p for p in os.environ.get('PYTHONPATH', '').split(
-            os.pathsep) if p and p != run_config.PACKAGE_ROOT])
+    os.environ['PYTHONPATH'] = trial_lib.python_path(os.environ.get('PYTHONPATH', ''))
     # The workers' lines reach this process twice: on their stderr and through Beam's log
     # service; keep the first, with Beam's own chatter, at warnings.
     std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)

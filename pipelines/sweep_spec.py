@@ -26,11 +26,13 @@ gin files and bindings, so ids stay the same across runs, machines and spec reor
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
 import logging
 import math
+import os
 import random
 import re
 
@@ -78,7 +80,7 @@ class Spec:
 
     def error(self, location, message):
         """A SpecError at the line of `location`, a path of keys into the YAML document."""
-        return SpecError(f'{self.path}:{_line(self.lines, location)}: {message}')
+        return _error_at(self.path, self.lines, location, message)
 
     def canonical(self):
         """The spec's content, independent of formatting, comments and key order."""
@@ -147,6 +149,15 @@ def gin_literal(value):
     return repr(value)
 
 
+def find(path):
+    """The spec file: relative paths from the caller's directory, else among the bundled ones
+    (so `--spec=configs/sweeps/pendulum.yaml` works from anywhere)."""
+    candidates = [run_config.resolve_path(path)]
+    if not os.path.isabs(path):
+        candidates.append(os.path.join(run_config.PACKAGE_ROOT, path))
+    return next((c for c in candidates if os.path.isfile(c)), candidates[0])
+
+
 def load(path, name=None):
     """Reads and checks the spec at `path` (called `name` in errors, by default `path`).
 
@@ -164,9 +175,7 @@ def load(path, name=None):
 def parse(text, path='<spec>'):
     """Parses spec text; `path` only names the file in errors."""
     document, lines = _read_yaml(text, path)
-
-    def error(location, message):
-        return SpecError(f'{path}:{_line(lines, location)}: {message}')
+    error = functools.partial(_error_at, path, lines)
 
     if not isinstance(document, dict):
         raise error((), 'a sweep spec is a mapping with the fields ' + ', '.join(FIELDS))
@@ -393,6 +402,11 @@ def _is_number(value):
 
 def _round(value):
     return float(f'{value:.{SIGNIFICANT_DIGITS}g}')
+
+
+def _error_at(path, lines, location, message):
+    """A SpecError at the line of `location`, a path of keys into the YAML document."""
+    return SpecError(f'{path}:{_line(lines, location)}: {message}')
 
 
 def _line(lines, location):

@@ -3,7 +3,6 @@ portable runner, failures, resume after a kill, refusals; and the pieces it writ
 
 import csv
 import fcntl
-import io
 import json
 import os
 import re
@@ -11,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -19,6 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, Wo
 
 from agents.scripts import run_config, testing_utils
 from pipelines import sweep, sweep_spec, trial
+from pipelines.process_testing import wait_for
 
 ROOT = run_config.PACKAGE_ROOT
 # Two evaluations of one episode in about 10 s of training per trial.
@@ -62,14 +61,6 @@ def read_jsonl(path):
 def read_csv(path):
     with open(path) as f:
         return list(csv.DictReader(f))
-
-
-def wait_for(condition, timeout, what):
-    deadline = time.time() + timeout
-    while not condition():
-        if time.time() > deadline:
-            raise AssertionError(f'timed out after {timeout} s waiting for {what}')
-        time.sleep(0.2)
 
 
 def group_gone(pgid):
@@ -370,8 +361,7 @@ class OutputsTest(absltest.TestCase):
         self.assertEqual([r['index'] for r in read_jsonl(
             os.path.join(output_dir, 'trials.jsonl'))], [0, 1])
         self.assertEqual(sorted(os.listdir(output_dir)), ['summary.csv', 'trials.jsonl'])
-        rows = list(csv.DictReader(io.StringIO(open(os.path.join(output_dir,
-                                                                 'summary.csv')).read())))
+        rows = read_csv(os.path.join(output_dir, 'summary.csv'))
         self.assertEqual([row['config_id'] for row in rows], ['b', 'a'])
 
     def test_progress_counts_this_runs_failures_and_estimates_the_rest(self):

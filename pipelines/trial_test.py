@@ -12,12 +12,12 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from unittest import mock
 
 from absl.testing import absltest
 
 from pipelines import storage, sweep_spec, trial
+from pipelines.process_testing import process_gone, wait_for
 
 FAKE_TRAINER = '''
 import json, os, signal, subprocess, sys, time
@@ -59,22 +59,6 @@ def make_trial(mode, trial_id='abcd1234-seed3'):
     return sweep_spec.Trial(id=trial_id, config_id=trial_id.split('-')[0], index=5, seed=3,
                             bindings={'fake.mode': mode},
                             gin_bindings=('train.total_steps = 2048', f"fake.mode = '{mode}'"))
-
-
-def wait_for(condition, timeout=30.0, what='condition'):
-    deadline = time.time() + timeout
-    while not condition():
-        if time.time() > deadline:
-            raise AssertionError(f'timed out after {timeout} s waiting for {what}')
-        time.sleep(0.05)
-
-
-def process_gone(pid):
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().split(')')[-1].split()[0] == 'Z'  # A zombie has exited.
-    except FileNotFoundError:
-        return True
 
 
 class TrialTest(absltest.TestCase):
@@ -226,7 +210,7 @@ class TrialTest(absltest.TestCase):
         for name in ('metrics.jsonl', 'config.gin', 'result.json', 'train.log'):
             self.assertTrue(os.path.isfile(os.path.join(self.logdir(), name)), name)
         self.assertEqual(trial.read_result(self.output_dir, record['id']), record)
-        trained_in = os.path.dirname(self.seen()['argv'][-2].split('=', 1)[1] + '/')
+        trained_in = self.seen()['argv'][-2].removeprefix('--logdir=')
         self.assertNotEqual(trained_in, self.logdir())
         self.assertFalse(os.path.exists(trained_in))  # The local copy is gone.
 
