@@ -102,8 +102,8 @@ def render_video(config, settings):
     if not settings.videos:
         return config
     failures = []
+    path = report_data.video_path(config['id'])
     for run_id, seed, policy_dir in config['video_candidates']:
-        path = report_data.video_path(config['id'])
         try:
             info = _render_with_retry(policy_dir, os.path.join(settings.output_dir, path),
                                       settings)

@@ -57,7 +57,9 @@ def write_run(logdir, config_index, seed, points, rng):
         for step, value in zip(steps, returns, strict=True):
             for tag, number in (('train/episode_return', value - 40), ('eval/mean_return',
                                                                        value)):
-                tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[number])
+                # Encoded as TF2's tf.summary.scalar writes it (see run_reader._scalar).
+                tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT,
+                                                tensor_content=np.float32(number).tobytes())
                 event = event_pb2.Event(step=int(step), wall_time=float(step), summary=(
                     summary_pb2.Summary(value=[summary_pb2.Summary.Value(
                         tag=tag, tensor=tensor, metadata=metadata)])))

@@ -34,7 +34,7 @@ from typing import Any
 import gin
 import numpy as np
 from gin import config_parser
-from tensorboard.compat.proto import types_pb2
+from tensorboard.compat.proto import event_pb2, types_pb2
 
 from agents.scripts import run_config
 
@@ -241,8 +241,6 @@ def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
     TF2's `tf.summary.scalar` stores each value as a tensor, TF1 as a `simple_value`; both are
     read. A truncated or corrupt file keeps the events before the damage.
     """
-    from tensorboard.compat.proto import event_pb2
-
     scalars = {tag: {} for tag in tags}
     problems = []
     for path in paths:

@@ -178,10 +178,11 @@ def curve_band(values, rng, reps=2_000, size=0.95):
     count = present.sum(axis=0)
     # Scores of each point moved to the top rows, in run order: resampling rows below
     # `count[t]` of column t draws among the runs present at point t.
+    filled = np.where(present, values, 0.0)
     order = np.argsort(~present, axis=0, kind='stable')
-    compact = np.take_along_axis(np.where(present, values, 0.0), order, axis=0)
+    compact = np.take_along_axis(filled, order, axis=0)
     with np.errstate(invalid='ignore', divide='ignore'):
-        mean = np.where(count > 0, np.where(present, values, 0.0).sum(axis=0) / count, np.nan)
+        mean = np.where(count > 0, filled.sum(axis=0) / count, np.nan)
     lower = np.full(num_points, np.nan)
     upper = np.full(num_points, np.nan)
     columns = np.flatnonzero(count > 0)
