@@ -27,6 +27,7 @@ environment step it was exported at and the run's operative gin configuration, f
 """
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -73,18 +74,25 @@ def space_from_dict(description):
 
 
 class _ExportedPolicy(tf.Module):
-    """What the SavedModel holds: the acting half of the agent and its signatures."""
+    """What the SavedModel holds: a copy of the acting half of the agent and its signatures.
+
+    The copy (policy network and observation normalizer, with variables of their own) takes
+    the agent's values in `PolicyExporter.capture`, so a save can run while the agent goes on
+    training.
+    """
 
     def __init__(self, agent, metadata, seed, jit_compile):
         super().__init__(name='exported_policy')
-        self.policy = agent.policy
-        self.observ_normalizer = agent.observ_normalizer
+        self.policy = copy.deepcopy(agent.policy)
+        self.observ_normalizer = copy.deepcopy(agent.observ_normalizer)
         self.random = tf.random.Generator.from_seed(seed)
         self.metadata = tf.Variable(json.dumps(metadata), trainable=False, name='metadata')
-        # The agent's own normalization (it applies the normalizer only if configured to).
-        normalize = agent.normalize
-        policy = self.policy
+        policy, normalizer = self.policy, self.observ_normalizer
+        normalizes = agent.normalizes_observ
         observ_spec = tf.TensorSpec([None, *agent.observ_shape], tf.float32, name='observ')
+
+        def normalize(observ):  # PPO.normalize, on the copy.
+            return normalizer.normalize(observ) if normalizes else observ
 
         def act(observ, state, reset, greedy):
             state = policy.reset_state(state, reset)
@@ -144,17 +152,17 @@ class _ExportedPolicy(tf.Module):
 class PolicyExporter:
     """Exports one agent's policy again and again (e.g. at every evaluation), tracing once."""
 
-    def __init__(self, agent, observation_space, action_space, seed=0, jit_compile=True):
+    def __init__(self, agent, observation_space, action_space, seed=0, jit_compile=False):
         """Prepares the export of `agent` acting in these (wrapped environment) spaces.
 
         Args:
           agent: the PPO agent.
           observation_space, action_space: the spaces of the wrapped environment it acts in.
           seed: seeds the generator of the `sampled_action` signature.
-          jit_compile: compile the signatures with XLA, as PPO compiles `act` by default: the
-            exported policy then computes the very same actions as the live one (without XLA
-            they differ in the last bits). Loading needs no XLA setup; False suits runtimes
-            without XLA.
+          jit_compile: compile the signatures with XLA. Off by default: `deterministic_action`
+            then computes the very same actions as evaluation (PPO's greedy `act` runs
+            without XLA; with XLA they differ in the last bits), and runtimes without XLA
+            serve it.
         """
         if tuple(observation_space.shape) != tuple(agent.observ_shape):
             raise ValueError(f'observation space {observation_space} does not match the agent\'s '
@@ -169,20 +177,40 @@ class PolicyExporter:
             'recurrent': bool(agent.policy.recurrent),
             'state_shape': list(state.shape[1:]) if agent.policy.recurrent else None,
         }
+        self._agent = agent
         self._module = _ExportedPolicy(agent, dict(self._metadata), seed, jit_compile)
         self._signatures = self._module.signatures()
 
     def export(self, directory, step=None, config=None):
-        """Writes the SavedModel to `directory`, replacing what is there; returns `directory`.
-
-        The model is written next to `directory` and renamed into place, so `directory` holds a
-        complete policy (the old or the new one) at any time except for the instant between
-        two renames when an old one is replaced.
+        """Writes the agent's policy as it is now to `directory` (see `capture` and `write`).
 
         Args:
           directory: the SavedModel directory to create, e.g. `<logdir>/policy/<step>`.
           step: the environment step the policy was trained to, recorded in the metadata.
           config: the run's operative gin configuration, recorded in the metadata.
+        """
+        self.capture(step=step, config=config)
+        return self.write(directory)
+
+    def capture(self, step=None, config=None):
+        """Copies the agent's policy and normalizer values, and the metadata, for `write`.
+
+        After this the agent may change: `write` saves what was captured, also from another
+        thread while the agent trains (the trainer exports in the background).
+        """
+        for module in ('policy', 'observ_normalizer'):
+            for mine, theirs in zip(getattr(self._module, module).variables,
+                                    getattr(self._agent, module).variables, strict=True):
+                mine.assign(theirs)
+        metadata = dict(self._metadata, step=None if step is None else int(step), config=config)
+        self._module.metadata.assign(json.dumps(metadata))
+
+    def write(self, directory):
+        """Writes the captured policy to `directory`, replacing what is there; returns it.
+
+        The model is written next to `directory` and renamed into place, so `directory` holds a
+        complete policy (the old or the new one) at any time except for the instant between
+        two renames when an old one is replaced.
         """
         directory = os.path.abspath(directory)
         if os.path.exists(directory) and not os.path.isdir(directory):
@@ -193,8 +221,6 @@ class PolicyExporter:
                                   '(only an empty directory or an earlier export is replaced)')
         parent = os.path.dirname(directory)
         os.makedirs(parent, exist_ok=True)
-        metadata = dict(self._metadata, step=None if step is None else int(step), config=config)
-        self._module.metadata.assign(json.dumps(metadata))
         temporary = tempfile.mkdtemp(prefix=f'.{os.path.basename(directory)}.partial-',
                                      dir=parent)
         try:

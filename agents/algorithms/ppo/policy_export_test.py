@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from unittest import mock
 
 import gymnasium as gym
@@ -216,6 +217,24 @@ class PolicyExportTest(absltest.TestCase):
         self.assertGreater(np.abs(after(observ, (), None)[0] - before).min(), 1.0)
         self.assertEqual(os.listdir(os.path.dirname(path)), ['100'])  # No temporary left.
 
+    def test_write_saves_the_captured_policy_while_the_agent_changes(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        exporter = policy_export.PolicyExporter(agent, OBSERV_SPACE, BOX_ACTIONS)
+        path = os.path.join(self.directory, 'policy', '200')
+        observ = observations(10)
+        captured = live_actions(agent, observ)
+        exporter.capture(step=200, config='train.seed = 3')
+        writer = threading.Thread(target=exporter.write, args=(path,))
+        writer.start()
+        for _ in range(20):  # Training goes on meanwhile.
+            agent.policy.mean.bias.assign_add([0.5, -0.5])
+            agent.observ_normalizer.update(observations(50, seed=7) * 4)
+        writer.join()
+        saved = policy_export.SavedPolicy(path)
+        np.testing.assert_array_equal(saved(observ, (), None)[0], captured)
+        self.assertGreater(np.abs(live_actions(agent, observ) - captured).min(), 1.0)
+        self.assertEqual((saved.step, saved.config), (200, 'train.seed = 3'))
+
     def test_refuses_to_replace_files_that_are_no_export(self):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)
         blocker = self.create_tempfile('file', content='keep').full_path
@@ -262,7 +281,7 @@ class PolicyExportTest(absltest.TestCase):
         with self.assertRaisesRegex(policy_export.PolicyLoadError, 'not an exported policy'):
             policy_export.SavedPolicy(other)
 
-    def test_export_without_xla_acts_alike(self):
+    def test_export_with_xla_acts_alike(self):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)
 
         def compiled_with_xla(path):
@@ -270,9 +289,9 @@ class PolicyExportTest(absltest.TestCase):
             return any(function.attr['_XlaMustCompile'].b
                        for function in signature.graph.as_graph_def().library.function)
 
-        self.assertTrue(compiled_with_xla(self.export(agent, 'xla', BOX_ACTIONS)))
-        path = self.export(agent, 'plain', BOX_ACTIONS, jit_compile=False)
-        self.assertFalse(compiled_with_xla(path))
+        self.assertFalse(compiled_with_xla(self.export(agent, 'plain', BOX_ACTIONS)))
+        path = self.export(agent, 'xla', BOX_ACTIONS, jit_compile=True)
+        self.assertTrue(compiled_with_xla(path))
         observ = observations(100)
         np.testing.assert_allclose(policy_export.SavedPolicy(path)(observ, (), None)[0],
                                    live_actions(agent, observ), atol=1e-5)

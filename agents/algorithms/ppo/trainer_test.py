@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms.ppo import networks, trainer
+from agents.algorithms.ppo import networks, policy_export, trainer
 from agents.scripts import run_config
 
 # Small and fast: Pendulum with its usual short-horizon PPO settings.
@@ -83,6 +83,35 @@ class TrainerTest(parameterized.TestCase):
             run.run()
         self.assertEqual([m['step'] for m in read_metrics(logdir)], [256, 512, 768, 1024])
 
+    def test_policies_exported_in_the_background_match_their_checkpoints(self):
+        logdir = self.create_tempdir().full_path
+        trainer.train(logdir, env_id='Pendulum-v1', total_steps=1280, num_envs=4,
+                      rollout_length=64, env_mode='in_process', eval_every_steps=256,
+                      eval_episodes=1, checkpoints_to_keep=2, seed=5)
+        self.assertEqual(sorted(os.listdir(os.path.join(logdir, 'policy'))), ['1024', '1280'])
+        env = trainer.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
+        observ = np.random.default_rng(0).uniform(-1, 1, (20, 3)).astype(np.float32)
+        for step in (1024, 1280):
+            agent = trainer.build_agent(env.observation_space, env.action_space, 1, seed=9)
+            tf.train.Checkpoint(agent=tf.train.Checkpoint(
+                policy=agent.policy, observ_normalizer=agent.observ_normalizer)).read(
+                    os.path.join(logdir, trainer.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
+            live, _, _ = agent.act(tf.constant(observ), (), tf.ones([20], tf.bool), greedy=True)
+            saved = policy_export.SavedPolicy(os.path.join(logdir, 'policy', str(step)))
+            self.assertEqual(saved.step, step)
+            np.testing.assert_array_equal(saved(observ, (), None)[0], live.numpy())
+        env.close()
+
+    def test_graph_optimizer_follows_the_backend(self):
+        for arguments, disabled in ((dict(env_backend='native'), True),
+                                    (dict(env_backend='gymnasium'), False),
+                                    (dict(env_backend='native', optimize_graphs=True), False)):
+            with trainer.training_run(self.create_tempdir().full_path, env_id='Pendulum-v1',
+                                      total_steps=64, env_mode='in_process', **arguments):
+                options = tf.config.optimizer.get_experimental_options()
+                self.assertEqual(options.get('disable_meta_optimizer', False), disabled,
+                                 arguments)
+
     def test_rerun_of_a_finished_run_does_nothing(self):
         logdir = self.create_tempdir().full_path
         config = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=32, env_mode='in_process',
@@ -112,6 +141,7 @@ class TrainerTest(parameterized.TestCase):
                 (dict(env_backend='jax'), "train.env_backend must be one of 'gymnasium', "
                  "'native'; got 'jax'"),
                 (dict(native_dtype='float16'), 'train.native_dtype must be one of'),
+                (dict(optimize_graphs='yes'), 'train.optimize_graphs must be one of'),
                 (dict(env_backend='gymnasium', jit_compile=True),
                  "train.jit_compile = True needs train.env_backend = 'native'")):
             arguments = {'env_id': 'Pendulum-v1', 'env_backend': 'native', **arguments}
