@@ -296,9 +296,7 @@ def make_report(settings, options=None):
         logging.info('Found %d runs under %s.', len(discovery.runs), settings.input_dir)
         staged = dataclasses.replace(settings, output_dir=staging)
         # Local worker processes import this tree as this process does.
-        os.environ['PYTHONPATH'] = os.pathsep.join(dict.fromkeys(
-            [run_config.PACKAGE_ROOT, *filter(None, os.environ.get('PYTHONPATH', '').split(
-                os.pathsep))]))
+        os.environ['PYTHONPATH'] = run_config.python_path(os.environ.get('PYTHONPATH', ''))
         options = options or PipelineOptions([])
         with beam.Pipeline(runner=default_runner(options), options=options) as pipeline:
             build_pipeline(pipeline, discovery, staged)

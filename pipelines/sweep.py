@@ -314,7 +314,7 @@ def main(argv):
                  options.view_as(StandardOptions).runner or 'DirectRunner',
                  f' with {workers} workers' if workers else '')
     # Local worker processes import this tree as the trainer does.
-    os.environ['PYTHONPATH'] = trial_lib.python_path(os.environ.get('PYTHONPATH', ''))
+    os.environ['PYTHONPATH'] = run_config.python_path(os.environ.get('PYTHONPATH', ''))
     # The workers' lines reach this process twice: on their stderr and through Beam's log
     # service; keep the first, with Beam's own chatter, at warnings.
     std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)

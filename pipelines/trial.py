@@ -108,18 +108,12 @@ def trainer_command(trial, settings, logdir):
 
 def trainer_environment(settings):
     """The trainer's environment: this tree importable, the caller's directory, few threads."""
-    env = dict(os.environ, PYTHONPATH=python_path(os.environ.get('PYTHONPATH', '')))
+    env = dict(os.environ, PYTHONPATH=run_config.python_path(os.environ.get('PYTHONPATH', '')))
     if settings.caller_directory:
         env['BUILD_WORKING_DIRECTORY'] = settings.caller_directory
     if settings.threads:
         env['TF_NUM_INTRAOP_THREADS'] = str(settings.threads)
     return env
-
-
-def python_path(pythonpath):
-    """`pythonpath` (a PYTHONPATH value) with this tree first, once."""
-    return os.pathsep.join(dict.fromkeys(
-        [run_config.PACKAGE_ROOT, *filter(None, pythonpath.split(os.pathsep))]))
 
 
 def _train(trial, settings, logdir, lock):

@@ -26,6 +26,13 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 BUNDLED_CONFIGS = os.path.join(PACKAGE_ROOT, 'configs')
 
 
+def python_path(pythonpath):
+    """`pythonpath` (a PYTHONPATH value) with this tree first, once: for child processes (the
+    trainers of a sweep, Beam's worker processes) that must import it as this process does."""
+    return os.pathsep.join(dict.fromkeys(
+        [PACKAGE_ROOT, *filter(None, pythonpath.split(os.pathsep))]))
+
+
 class ConfigError(Exception):
     """A mistake in the user's flags, gin files or logdir, told in one sentence."""
 

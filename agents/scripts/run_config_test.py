@@ -165,6 +165,15 @@ class LogdirLockTest(absltest.TestCase):
             run_config.lock_logdir(os.path.join(parent, 'a'))
 
 
+class PythonPathTest(absltest.TestCase):
+
+    def test_python_path_puts_this_tree_first_once(self):
+        root = run_config.PACKAGE_ROOT
+        self.assertEqual(run_config.python_path(''), root)
+        self.assertEqual(run_config.python_path(os.pathsep.join(['/a', root, '', '/b', '/a'])),
+                         os.pathsep.join([root, '/a', '/b']))
+
+
 class ReplaceDirectoryTest(absltest.TestCase):
 
     def _directory(self, path, text):
