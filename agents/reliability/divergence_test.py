@@ -27,11 +27,10 @@ class DivergenceBinaryTest(absltest.TestCase):
     def train(self, fault, **overrides):
         # The fault strikes once, at the 300th step of a training environment (third iteration,
         # after the checkpoints of steps 512 and 1024), in a worker: never in evaluation.
-        return harness.run('train', *harness.small_run(
-            self.logdir, harness.FAULTY_ENV_ID, train__env_mode='external',
-            train__num_workers=2, train__env_kwargs={
-                'fault': fault, 'at_step': 300, 'workers_only': True,
-                'once_marker': os.path.join(self.root, 'struck')}, **overrides), timeout=600)
+        return harness.run('train', *harness.faulty_workers_run(
+            self.logdir, {'fault': fault, 'at_step': 300, 'workers_only': True,
+                          'once_marker': os.path.join(self.root, 'struck')}, **overrides),
+            timeout=600)
 
     def test_nan_reward_stops_the_run_and_keeps_the_last_checkpoint(self):
         result = self.train('nan_reward')

@@ -28,9 +28,7 @@ class EnvCrashTest(absltest.TestCase):
         self.logdir = os.path.join(self.root, 'run')
 
     def train(self, **fault):
-        return harness.run('train', *harness.small_run(
-            self.logdir, harness.FAULTY_ENV_ID, train__env_mode='external',
-            train__num_workers=2, train__env_kwargs=fault), timeout=600)
+        return harness.run('train', *harness.faulty_workers_run(self.logdir, fault), timeout=600)
 
     def test_dead_worker_is_restarted_and_the_run_finishes(self):
         # One environment (of whichever worker gets there first) kills its worker process with
@@ -63,11 +61,10 @@ class EnvCrashTest(absltest.TestCase):
         self.assertEqual(harness.checkpoint_state(self.logdir), ([], None))
 
     def test_stop_policy_names_the_environment_and_keeps_the_checkpoint(self):
-        result = harness.run('train', *harness.small_run(
-            self.logdir, harness.FAULTY_ENV_ID, train__env_mode='external', train__num_workers=2,
-            train__on_env_failure='stop', train__env_kwargs={
-                'fault': 'raise', 'at_step': 200, 'workers_only': True,
-                'once_marker': os.path.join(self.root, 'raised')}), timeout=600)
+        result = harness.run('train', *harness.faulty_workers_run(
+            self.logdir, {'fault': 'raise', 'at_step': 200, 'workers_only': True,
+                          'once_marker': os.path.join(self.root, 'raised')},
+            train__on_env_failure='stop'), timeout=600)
         self.assertEqual(result.returncode, 1, result.stderr[-5000:])
         self.assertRegex(
             result.stderr, r"train: error: Training environment failure: Environment [0-3] failed"

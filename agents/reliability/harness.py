@@ -16,6 +16,7 @@ import time
 
 from agents.algorithms.ppo import recovery, trainer
 from agents.reliability import faulty_envs
+from agents.scripts import run_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTY_ENV_ID = faulty_envs.ENV_ID
@@ -169,7 +170,7 @@ def leftovers(logdir):
 def lock_holder(logdir):
     """The holder record of the logdir's lock file, or None."""
     try:
-        with open(os.path.join(logdir, '.lock'), encoding='utf-8') as f:
+        with open(os.path.join(logdir, run_config.LOCK_FILE), encoding='utf-8') as f:
             return json.loads(f.read() or 'null')
     except (FileNotFoundError, ValueError):
         return None
@@ -189,6 +190,13 @@ def small_run(logdir, env_id=None, **overrides):
         values['train__env_id'] = env_id
     values.update(overrides)
     return ['--gin_file=configs/pendulum.gin', f'--logdir={logdir}', *bindings(**values)]
+
+
+def faulty_workers_run(logdir, fault, **overrides):
+    """Flags of `small_run` on FAULTY_ENV_ID with `fault` (its env_kwargs), stepped by two
+    worker processes, where the faults strike."""
+    return small_run(logdir, FAULTY_ENV_ID, train__env_mode='external', train__num_workers=2,
+                     train__env_kwargs=fault, **overrides)
 
 
 def mount_namespace():
