@@ -197,7 +197,8 @@ class PPO(tf.Module):
         self.kl_penalty = tf.Variable(float(kl_init_penalty), trainable=False, name='kl_penalty')
         self.update_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='update_count')
         self.random = tf.random.Generator.from_seed(seed)
-        self._compiled_act = tf.function(self._act, jit_compile=jit_compile, autograph=False)
+        self._sampling_act = tf.function(functools.partial(self._act, greedy=False),
+                                         jit_compile=jit_compile, autograph=False)
         self._greedy_act = tf.function(
             functools.partial(self._act, greedy=True), autograph=False)
         self._compiled_update = tf.function(self._update, jit_compile=jit_compile,
@@ -235,9 +236,8 @@ class PPO(tf.Module):
         steps per evaluation, and compiling it took longer (0.2 to 0.3 s, once per run) than
         it saved; its rollouts also ran faster without XLA.
         """
-        if greedy:
-            return self._greedy_act(observ, state, reset_mask)
-        return self._compiled_act(observ, state, reset_mask, greedy)
+        act = self._greedy_act if greedy else self._sampling_act
+        return act(observ, state, reset_mask)
 
     def _act(self, observ, state, reset_mask, greedy):
         observ = self.normalize(observ)

@@ -27,6 +27,7 @@ state:
   checkpoint stays valid.
 """
 
+import concurrent.futures
 import contextlib
 import functools
 import importlib
@@ -429,7 +430,8 @@ class TrainingRun:
         self._manager = None  # Made by `restore`, once the checkpoints are recovered.
         self._writer = None  # Made by `run`: nothing is written before.
         self._policy_exporter = None
-        self._pending_export = None  # (step, directory, _BackgroundWrite) being written.
+        self._export_thread = None  # An executor while `run` runs.
+        self._pending_export = None  # (what, future) of the export being written.
         self._saved_step = None
         # The update's whole state, copied before each update to undo a non-finite one.
         seen, self._variables = set(), []
@@ -494,7 +496,8 @@ class TrainingRun:
 
         Raises TrainingError (a subclass naming the fault) when training cannot go on.
         """
-        with _SignalFlag() as interrupt:
+        with _SignalFlag() as interrupt, concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix='policy-export') as self._export_thread:
             try:
                 latest = self._run(interrupt)
                 self._finish_export()
@@ -829,26 +832,28 @@ class TrainingRun:
             self._policy_exporter.write(directory)
             policy_export.prune_exports(self._policy_dir, keep)
 
-        self._pending_export = (steps, directory, _BackgroundWrite(write, 'policy-export'))
-        if not background:
-            self._finish_export()
+        what = f'the policy of step {steps} to {directory}'
+        if background:
+            self._pending_export = (what, self._export_thread.submit(write))
+        else:
+            with self._writing(what):
+                write()
 
     def _finish_export(self):
         """Waits for the policy export in flight, if any; a failed one raises WriteError."""
         if self._pending_export is None:
             return
-        steps, directory, write = self._pending_export
+        what, future = self._pending_export
         self._pending_export = None
-        with self._writing(f'the policy of step {steps} to {directory}'):
-            write.wait()
+        with self._writing(what):
+            future.result()
 
     def _abandon_export(self):
         """Waits for the policy export in flight, if any, and drops its error: for when the run
         already stops for another reason (its interrupted write is cleaned up on resume)."""
         pending, self._pending_export = self._pending_export, None
         if pending is not None:
-            with contextlib.suppress(Exception):
-                pending[2].wait()
+            concurrent.futures.wait([pending[1]])
 
     def _complete_last_save(self, steps, records):
         """Finishes the save of the restored checkpoint if the previous run was stopped in it.
@@ -911,26 +916,6 @@ class TrainingRun:
         logging.info('step %d/%d | %.0f env steps/s | ETA %s | train return %s | eval return %s',
                      steps, self._total_steps, steps_per_sec, _format_seconds(eta), train_return,
                      eval_return)
-
-
-class _BackgroundWrite:
-    """Runs `write()` in a thread; `wait` joins it and raises what it raised."""
-
-    def __init__(self, write, name):
-        self._error = None
-        self._thread = threading.Thread(target=self._run, args=(write,), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, write):
-        try:
-            write()
-        except BaseException as error:  # Raised again by `wait`, in the training thread.
-            self._error = error
-
-    def wait(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 class _SignalFlag:
