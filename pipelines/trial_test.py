@@ -45,8 +45,10 @@ if mode in ('hang', 'hang_with_child'):
         child = subprocess.Popen(['sleep', '600'])
         with open(os.path.join(logdir, 'child.pid'), 'w') as f:
             f.write(str(child.pid))
-    with open(os.path.join(logdir, 'hanging'), 'w') as f:
-        f.write(str(os.getpid()))
+    # Written whole, then renamed: a reader never sees it half written.
+    with open(os.path.join(logdir, 'hanging.tmp'), 'w') as f:
+        f.write(f'{os.getpid()} {os.getppid()}')  # The trainer and its supervisor.
+    os.rename(os.path.join(logdir, 'hanging.tmp'), os.path.join(logdir, 'hanging'))
     time.sleep(600)
 returns = {'nan': [-900.0, float('nan')], 'short': [-900.0]}.get(mode, [-900.0, -950.0])
 with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
@@ -194,14 +196,17 @@ class TrialTest(absltest.TestCase):
         hanging = os.path.join(self.logdir(), 'hanging')
         wait_for(lambda: os.path.exists(hanging), what='the trainer to start')
         with open(hanging) as f:
-            trainer = int(f.read())
+            trainer, supervisor = map(int, f.read().split())
         with open(os.path.join(self.logdir(), 'child.pid')) as f:
             child = int(f.read())
         worker.kill()
         wait_for(lambda: process_gone(trainer), what='the trainer to die with its worker')
         wait_for(lambda: process_gone(child), what='the trainer\'s child to die too')
+        # The supervisor held the lock too; it kills the group, itself included.
+        wait_for(lambda: process_gone(supervisor), what='the trainer\'s supervisor to die')
         # The lock went with them: the trial can train again.
-        self.assertEqual(trial.run(make_trial('ok'), self.settings)['status'], 'ok')
+        record = trial.run(make_trial('ok'), self.settings)
+        self.assertEqual(record['status'], 'ok', record.get('error'))
 
     def test_remote_output_dir_gets_the_logdir_uploaded(self):
         with mock.patch.object(storage, 'is_local', return_value=False):
