@@ -209,6 +209,21 @@ class UpdateTest(parameterized.TestCase):
             np.testing.assert_allclose(xla_variable, graph_variable, rtol=1e-3, atol=1e-5)
 
 
+    def test_act_compiles_apart_from_the_update(self):
+        # XLA samples other random numbers than a graph does from the same seed, which tells
+        # how the act was compiled.
+        observ = tf.constant(np.random.default_rng(0).normal(size=(4, 3)), tf.float32)
+
+        def sampled(**kwargs):
+            agent = ppo.PPO((3,), 2, num_envs=4, num_minibatches=1, seed=5, **kwargs)
+            return agent.act(observ, (), tf.ones([4], tf.bool))[0].numpy()
+
+        graph = sampled(jit_compile=False)
+        np.testing.assert_array_equal(sampled(jit_compile=True, jit_compile_act=False), graph)
+        self.assertFalse(np.allclose(sampled(jit_compile=True), graph))
+        self.assertFalse(np.allclose(sampled(jit_compile=False, jit_compile_act=True), graph))
+
+
 class LearningTest(parameterized.TestCase):
 
     @parameterized.parameters(('clipped', True), ('kl_penalty', False))
