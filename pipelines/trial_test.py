@@ -57,6 +57,18 @@ with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
 '''
 
 
+def lock_is_free(path):
+    """Whether nobody holds the flock on `path` (taken and released at once to find out)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
 def make_trial(mode, trial_id='abcd1234-seed3'):
     return sweep_spec.Trial(id=trial_id, config_id=trial_id.split('-')[0], index=5, seed=3,
                             bindings={'fake.mode': mode},
@@ -204,7 +216,9 @@ class TrialTest(absltest.TestCase):
         wait_for(lambda: process_gone(child), what='the trainer\'s child to die too')
         # The supervisor held the lock too; it kills the group, itself included.
         wait_for(lambda: process_gone(supervisor), what='the trainer\'s supervisor to die')
-        # The lock went with them: the trial can train again.
+        # The lock goes with them. Seen gone is not yet seen unlocked: under CI's load a rerun
+        # found the logdir still locked after all three had been seen gone.
+        wait_for(lambda: lock_is_free(self.logdir()), what='the killed trial\'s lock to go')
         record = trial.run(make_trial('ok'), self.settings)
         self.assertEqual(record['status'], 'ok', record.get('error'))
 
