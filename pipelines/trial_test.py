@@ -216,8 +216,9 @@ class TrialTest(absltest.TestCase):
         wait_for(lambda: process_gone(child), what='the trainer\'s child to die too')
         # The supervisor held the lock too; it kills the group, itself included.
         wait_for(lambda: process_gone(supervisor), what='the trainer\'s supervisor to die')
-        # The lock goes with them. Seen gone is not yet seen unlocked: under CI's load a rerun
-        # found the logdir still locked after all three had been seen gone.
+        # The lock goes with them and with the worker, which opened it: its main thread's exit
+        # already took the supervisor down, but its other threads (it runs 3) may still be
+        # exiting, holding the descriptor (under CI's load a rerun found the logdir locked).
         wait_for(lambda: lock_is_free(self.logdir()), what='the killed trial\'s lock to go')
         record = trial.run(make_trial('ok'), self.settings)
         self.assertEqual(record['status'], 'ok', record.get('error'))
