@@ -1,5 +1,8 @@
-"""Test helpers for the pipelines' subprocesses: waiting on a condition, telling a process gone."""
+"""Test helpers for the pipelines' subprocesses: waiting on a condition, telling a process gone,
+telling a trial's logdir unlocked."""
 
+import fcntl
+import os
 import time
 
 
@@ -19,3 +22,16 @@ def process_gone(pid):
             return f.read().split(')')[-1].split()[0] == 'Z'
     except FileNotFoundError:
         return True
+
+
+def lock_is_free(path):
+    """Whether no process holds the flock on `path`, as trial.py takes it on a trial's logdir
+    (taken and released at once to find out)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)

@@ -2,7 +2,6 @@
 portable runner, failures, resume after a kill, refusals; and the pieces it writes with."""
 
 import csv
-import fcntl
 import json
 import os
 import re
@@ -17,7 +16,7 @@ from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, Wo
 
 from agents.scripts import run_config, testing_utils
 from pipelines import sweep, sweep_spec, trial
-from pipelines.process_testing import wait_for
+from pipelines.process_testing import lock_is_free, wait_for
 
 ROOT = run_config.PACKAGE_ROOT
 # Two evaluations of one episode in about 10 s of training per trial.
@@ -74,18 +73,6 @@ def group_gone(pgid):
         if fields[0] != 'Z' and int(fields[2]) == pgid:
             return False
     return True
-
-
-def unlocked(logdir):
-    """Whether no trainer holds the trial's logdir (see trial._lock)."""
-    descriptor = os.open(logdir, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(descriptor)
 
 
 class SweepTest(absltest.TestCase):
@@ -182,7 +169,7 @@ class SweepTest(absltest.TestCase):
         for trial_id in ids:
             logdir = os.path.join(output_dir, 'trials', trial_id)
             if os.path.isdir(logdir):
-                wait_for(lambda logdir=logdir: unlocked(logdir), 60, f'{trial_id} to stop')
+                wait_for(lambda logdir=logdir: lock_is_free(logdir), 60, f'{trial_id} to stop')
         done_before = {i: trial.read_result(output_dir, i) for i in finished()}
         self.assertNotEmpty(done_before)
         self.assertLess(len(done_before), len(ids), 'the sweep ended before it was killed')

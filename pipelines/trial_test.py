@@ -17,7 +17,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from pipelines import storage, sweep_spec, trial
-from pipelines.process_testing import process_gone, wait_for
+from pipelines.process_testing import lock_is_free, process_gone, wait_for
 
 FAKE_TRAINER = '''
 import json, os, signal, subprocess, sys, time
@@ -55,18 +55,6 @@ with open(os.path.join(logdir, 'metrics.jsonl'), 'a') as f:
     for step, value in zip((1024, 2048), returns):
         f.write(json.dumps({'step': step, 'mean_return': value}) + '\\n')
 '''
-
-
-def lock_is_free(path):
-    """Whether nobody holds the flock on `path` (taken and released at once to find out)."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(descriptor)
 
 
 def make_trial(mode, trial_id='abcd1234-seed3'):

@@ -238,9 +238,9 @@ class PPO(tf.Module):
         `reset_mask` marks environments whose episode starts at this step; their state is zeroed
         first. `greedy` (a Python bool) picks the distribution's mode instead of sampling.
 
-        Only sampling is compiled with XLA: the greedy (evaluation) path runs a few hundred
-        steps per evaluation, and compiling it took longer (0.2 to 0.3 s, once per run) than
-        it saved; its rollouts also ran faster without XLA.
+        Only sampling can be compiled with XLA (`jit_compile_act`): the greedy (evaluation)
+        path runs a few hundred steps per evaluation, and compiling it took longer (0.2 to
+        0.3 s, once per run) than it saved; its rollouts also ran faster without XLA.
         """
         act = self._greedy_act if greedy else self._sampling_act
         return act(observ, state, reset_mask)
