@@ -40,6 +40,9 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+# The fingerprint that tf.saved_model.save writes, for exports that reuse an earlier program.
+from tensorflow.python.saved_model import fingerprinting_utils
+
 from agents.scripts import run_config
 
 POLICY_DIR = 'policy'
@@ -150,7 +153,13 @@ class _ExportedPolicy(tf.Module):
 
 @gin.configurable
 class PolicyExporter:
-    """Exports one agent's policy again and again (e.g. at every evaluation), tracing once."""
+    """Exports one agent's policy again and again (e.g. at every evaluation), tracing once.
+
+    Only the first export runs `tf.saved_model.save`: its 100 to 200 ms of Python, which hold
+    the GIL the trainer's environment steps need, went into rebuilding the same program each
+    time. Later exports write that program's `saved_model.pb` again and the values as the
+    variables checkpoint of the same module (a few ms), which is what a save writes.
+    """
 
     def __init__(self, agent, observation_space, action_space, seed=0, jit_compile=False):
         """Prepares the export of `agent` acting in these (wrapped environment) spaces.
@@ -180,6 +189,9 @@ class PolicyExporter:
         self._agent = agent
         self._module = _ExportedPolicy(agent, dict(self._metadata), seed, jit_compile)
         self._signatures = self._module.signatures()
+        # Keys its checkpoint like the variables of a SavedModel of the module.
+        self._variables = tf.train.Checkpoint(root=self._module)
+        self._program = None  # saved_model.pb of the first export.
 
     def export(self, directory, step=None, config=None):
         """Writes the agent's policy as it is now to `directory` (see `capture` and `write`).
@@ -225,12 +237,31 @@ class PolicyExporter:
                                      dir=parent)
         try:
             with _quiet_tensorflow_logs():
-                tf.saved_model.save(self._module, temporary, signatures=self._signatures)
+                if self._program is None:
+                    tf.saved_model.save(self._module, temporary, signatures=self._signatures)
+                    with open(os.path.join(temporary, tf.saved_model.SAVED_MODEL_FILENAME_PB),
+                              'rb') as f:
+                        program = f.read()
+                else:
+                    program = self._program
+                    self._write_saved_model(temporary, program)
             run_config.replace_directory(temporary, directory)
+            self._program = program
         finally:
             if os.path.exists(temporary):
                 shutil.rmtree(temporary)
         return directory
+
+    def _write_saved_model(self, directory, program):
+        """Writes into `directory` what tf.saved_model.save would: the program, the values,
+        the (empty) assets and the fingerprint of the whole."""
+        os.makedirs(os.path.join(directory, tf.saved_model.VARIABLES_DIRECTORY))
+        os.makedirs(os.path.join(directory, tf.saved_model.ASSETS_DIRECTORY))
+        self._variables.write(os.path.join(
+            directory, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME))
+        with open(os.path.join(directory, tf.saved_model.SAVED_MODEL_FILENAME_PB), 'wb') as f:
+            f.write(program)
+        fingerprinting_utils.write_fingerprint(directory)
 
 
 def export_policy(agent, directory, observation_space, action_space, step=None, config=None,

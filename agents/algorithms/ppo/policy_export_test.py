@@ -90,6 +90,15 @@ def live_recurrent_actions(agent, observ, reset):
     return np.stack(actions)
 
 
+def saved_recurrent_actions(policy, observ, reset):
+    """Actions of a loaded recurrent SavedPolicy over the sequence `observ` [T, B, ...]."""
+    state, actions = policy.initial_state(observ.shape[1]), []
+    for step_observ, step_reset in zip(observ, reset, strict=True):
+        action, state = policy(step_observ, state, step_reset)
+        actions.append(action)
+    return np.stack(actions)
+
+
 class PolicyExportTest(absltest.TestCase):
 
     def setUp(self):
@@ -166,18 +175,12 @@ class PolicyExportTest(absltest.TestCase):
         self.assertTrue(policy.recurrent)
         np.testing.assert_array_equal(policy.initial_state(3), np.zeros([3, 64]))
         sequence, reset = recurrent_inputs()
-        state, actions = policy.initial_state(sequence.shape[1]), []
-        for observ, step_reset in zip(sequence, reset, strict=True):
-            action, state = policy(observ, state, step_reset)
-            actions.append(action)
-        np.testing.assert_allclose(np.stack(actions), live_recurrent_actions(
-            agent, sequence, reset), atol=1e-6)
+        actions = saved_recurrent_actions(policy, sequence, reset)
+        np.testing.assert_allclose(actions, live_recurrent_actions(agent, sequence, reset),
+                                   atol=1e-6)
         # Without the resets the actions differ: the state matters and reset is applied.
-        state, unreset = policy.initial_state(sequence.shape[1]), []
-        for observ in sequence:
-            action, state = policy(observ, state, np.zeros(sequence.shape[1], bool))
-            unreset.append(action)
-        self.assertGreater(np.abs(np.stack(unreset) - np.stack(actions)).max(), 1e-3)
+        unreset = saved_recurrent_actions(policy, sequence, np.zeros_like(reset))
+        self.assertGreater(np.abs(unreset - actions).max(), 1e-3)
 
     def test_metadata_describes_the_policy_and_its_run(self):
         agent = make_agent(4, networks.FeedForwardCategoricalPolicy)
@@ -216,6 +219,32 @@ class PolicyExportTest(absltest.TestCase):
                                    atol=1e-6)
         self.assertGreater(np.abs(after(observ, (), None)[0] - before).min(), 1.0)
         self.assertEqual(os.listdir(os.path.dirname(path)), ['100'])  # No temporary left.
+
+    def test_later_exports_are_whole_saved_models_of_the_new_values(self):
+        agent = make_agent(2, networks.RecurrentGaussianPolicy)
+        exporter = policy_export.PolicyExporter(agent, OBSERV_SPACE, BOX_ACTIONS)
+        first = exporter.export(os.path.join(self.directory, '1'), step=1, config='a = 1')
+        for variable in agent.policy.trainable_variables:
+            variable.assign(variable * 1.5)
+        agent.observ_normalizer.update(observations(50, seed=7) * 4)
+        later = exporter.export(os.path.join(self.directory, '2'), step=2, config='a = 2')
+
+        def files(directory):
+            return sorted(os.path.relpath(os.path.join(parent, name), directory)
+                          for parent, dirs, names in os.walk(directory) for name in dirs + names)
+
+        self.assertEqual(files(later), files(first))
+        fingerprints = [tf.saved_model.experimental.read_fingerprint(path)
+                        for path in (first, later)]
+        self.assertEqual(fingerprints[0].saved_model_checksum,
+                         fingerprints[1].saved_model_checksum)  # The same program...
+        self.assertNotEqual(fingerprints[0].checkpoint_hash,
+                            fingerprints[1].checkpoint_hash)  # ...with other values.
+        saved = policy_export.SavedPolicy(later)
+        self.assertEqual((saved.step, saved.config), (2, 'a = 2'))
+        sequence, reset = recurrent_inputs()
+        np.testing.assert_allclose(saved_recurrent_actions(saved, sequence, reset),
+                                   live_recurrent_actions(agent, sequence, reset), atol=1e-5)
 
     def test_write_saves_the_captured_policy_while_the_agent_changes(self):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)
@@ -260,6 +289,15 @@ class PolicyExportTest(absltest.TestCase):
                                             BOX_ACTIONS, step=7)
         self.assertEqual(os.listdir(parent), ['5'])
         self.assertEqual(policy_export.SavedPolicy(path).step, 5)
+        # An exporter's later exports write only the values, and fail as cleanly.
+        exporter = policy_export.PolicyExporter(agent, OBSERV_SPACE, BOX_ACTIONS)
+        exporter.export(os.path.join(parent, '8'), step=8)
+        with mock.patch.object(tf.train.Checkpoint, 'write', side_effect=OSError('disk full')):
+            for step in (8, 9):
+                with self.assertRaisesRegex(OSError, 'disk full'):
+                    exporter.export(os.path.join(parent, str(step)), step=step)
+        self.assertEqual(sorted(os.listdir(parent)), ['5', '8'])
+        self.assertEqual(policy_export.SavedPolicy(os.path.join(parent, '8')).step, 8)
 
     def test_prune_keeps_the_given_steps_and_other_files(self):
         parent = self.create_tempdir('policy')
