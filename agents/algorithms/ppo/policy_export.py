@@ -191,7 +191,7 @@ class PolicyExporter:
         self._signatures = self._module.signatures()
         # Keys its checkpoint like the variables of a SavedModel of the module.
         self._variables = tf.train.Checkpoint(root=self._module)
-        self._program = None  # saved_model.pb of the first export.
+        self._program = None  # saved_model.pb of the first export, read back from it.
 
     def export(self, directory, step=None, config=None):
         """Writes the agent's policy as it is now to `directory` (see `capture` and `write`).
@@ -241,26 +241,24 @@ class PolicyExporter:
                     tf.saved_model.save(self._module, temporary, signatures=self._signatures)
                     with open(os.path.join(temporary, tf.saved_model.SAVED_MODEL_FILENAME_PB),
                               'rb') as f:
-                        program = f.read()
+                        self._program = f.read()
                 else:
-                    program = self._program
-                    self._write_saved_model(temporary, program)
+                    self._write_saved_model(temporary)
             run_config.replace_directory(temporary, directory)
-            self._program = program
         finally:
             if os.path.exists(temporary):
                 shutil.rmtree(temporary)
         return directory
 
-    def _write_saved_model(self, directory, program):
-        """Writes into `directory` what tf.saved_model.save would: the program, the values,
-        the (empty) assets and the fingerprint of the whole."""
+    def _write_saved_model(self, directory):
+        """Writes into `directory` what tf.saved_model.save would: the first export's program,
+        the current values, the (empty) assets and the fingerprint of the whole."""
         os.makedirs(os.path.join(directory, tf.saved_model.VARIABLES_DIRECTORY))
         os.makedirs(os.path.join(directory, tf.saved_model.ASSETS_DIRECTORY))
         self._variables.write(os.path.join(
             directory, tf.saved_model.VARIABLES_DIRECTORY, tf.saved_model.VARIABLES_FILENAME))
         with open(os.path.join(directory, tf.saved_model.SAVED_MODEL_FILENAME_PB), 'wb') as f:
-            f.write(program)
+            f.write(self._program)
         fingerprinting_utils.write_fingerprint(directory)
 
 
