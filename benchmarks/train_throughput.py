@@ -50,7 +50,7 @@ from agents.scripts import run_config
 
 flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',
-                            'pendulum_gym_settings_native', 'cheetah'],
+                            'pendulum_gym_settings_native', 'cheetah', 'cheetah_shared'],
                   'Tasks to run (keys of TASKS).')
 flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3.')
 flags.DEFINE_integer('seeds', 1, 'Seeds per task and system (0, 1, ...); medians are reported.')
@@ -99,6 +99,10 @@ TASKS = {
     'pendulum': Task(('configs/pendulum.gin',), (), 100_000, threshold=-200.0),
     # configs/cheetah.gin (rl-zoo's tuned HalfCheetah settings) on a throughput budget.
     'cheetah': Task(('configs/cheetah.gin',), ('train.eval_every_steps = 25000',), 50_000),
+    # HalfCheetah on the MuJoCo tasks' shared settings (configs/mujoco.gin: CleanRL's
+    # defaults, 8 x 256 steps, 64x64 networks), where the rollout costs more than the update.
+    'cheetah_shared': Task(('configs/mujoco.gin',), ("train.env_id = 'HalfCheetah-v5'",
+                           'train.eval_every_steps = 25000'), 50_000),
     # configs/pendulum_native.gin (16 environments x 128 steps) and its variants with 64, 256
     # and 4096 environments (XLA over the whole iteration pays at 4096); pendulum.gin's own
     # settings on the native environment (the same problem: returns must match 'pendulum').

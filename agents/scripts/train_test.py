@@ -60,6 +60,18 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertNotEqual(result.returncode, 0)
         self.assertIn(message, result.stderr)
 
+    def test_imports_leave_the_garbage_collector_on_with_their_objects_frozen(self):
+        # Collection pauses only while TensorFlow loads; left off, a long run would never free
+        # its cyclic garbage.
+        probe = ('import gc; from agents.scripts import train; '
+                 'print(gc.isenabled(), gc.get_freeze_count())')
+        result = subprocess.run(
+            [sys.executable, '-c', probe], env=dict(os.environ, PYTHONPATH=ROOT),
+            capture_output=True, text=True, timeout=600, check=True)
+        enabled, frozen = result.stdout.split()
+        self.assertEqual(enabled, 'True')
+        self.assertGreater(int(frozen), 100_000)
+
     def test_missing_gin_file(self):
         self.assert_fails(run_train('--gin_file=nope.gin', cwd=self.create_tempdir().full_path),
                           "train: error: gin file 'nope.gin' not found")

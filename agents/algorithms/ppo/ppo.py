@@ -94,7 +94,7 @@ class PPO(tf.Module):
             scale_reward=True,
             reward_clip=10.0,
             jit_compile=True,
-            jit_compile_act=None,
+            jit_compile_act=False,
             seed=0,
             name=None):
         """Builds the agent.
@@ -136,10 +136,11 @@ class PPO(tf.Module):
           scale_reward: divide rewards by the std of the discounted return.
           reward_clip: clip scaled rewards to +- this value (None: no clip).
           jit_compile: compile `update` with XLA (measured faster on CPU).
-          jit_compile_act: compile the sampling `act` with XLA; None: as `jit_compile`. Inside
-            a rollout that steps Gymnasium environments, a large act can run faster without
-            XLA: HalfCheetah with 256x256 networks (configs/cheetah.gin) rolled out 8 x 64
-            steps in 35.5 ms without it against 43.3 ms with it.
+          jit_compile_act: compile the sampling `act` with XLA. Off by default: XLA runs the
+            act's work on TF's intra-op threads, and the woken thread then spins on the core
+            that environment worker processes need. Rolling out HalfCheetah-v5 8 x 256 in
+            hybrid mode took 160 ms with it and 135 ms without (64x64 networks), 8 x 64 with
+            256x256 networks 43.3 against 35.5 ms; Pendulum-v1 in-process ran alike.
           seed: seeds network initialization, action sampling and minibatch shuffling.
           name: module name.
         """
@@ -201,8 +202,6 @@ class PPO(tf.Module):
         self.kl_penalty = tf.Variable(float(kl_init_penalty), trainable=False, name='kl_penalty')
         self.update_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='update_count')
         self.random = tf.random.Generator.from_seed(seed)
-        if jit_compile_act is None:
-            jit_compile_act = jit_compile
         self._sampling_act = tf.function(functools.partial(self._act, greedy=False),
                                          jit_compile=bool(jit_compile_act), autograph=False)
         self._greedy_act = tf.function(
