@@ -19,15 +19,17 @@ import sys
 # Loading TensorFlow and the rest makes ~400k objects that live as long as the process, and the
 # garbage collector scanned them all several times while they were being made: 0.5 to 0.8 s of
 # every start (measured). It pauses for the imports, which then leave its sight (`gc.freeze`).
+_collecting = gc.isenabled()
 gc.disable()
 
-from absl import app, flags, logging
+from absl import app, flags, logging  # noqa: E402
 
-from agents.algorithms.ppo import trainer
-from agents.scripts import run_config
+from agents.algorithms.ppo import trainer  # noqa: E402
+from agents.scripts import run_config  # noqa: E402
 
 gc.freeze()
-gc.enable()
+if _collecting:
+    gc.enable()
 
 flags.DEFINE_multi_string(
     'gin_file', [], 'Gin config file(s), e.g. configs/pendulum.gin; relative paths are resolved '
