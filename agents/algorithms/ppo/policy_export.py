@@ -193,6 +193,11 @@ class PolicyExporter:
         self._variables = tf.train.Checkpoint(root=self._module)
         self._program = None  # saved_model.pb of the first export, read back from it.
 
+    @property
+    def program_saved(self):
+        """Whether the first export (the one that runs `tf.saved_model.save`) is written."""
+        return self._program is not None
+
     def export(self, directory, step=None, config=None):
         """Writes the agent's policy as it is now to `directory` (see `capture` and `write`).
 

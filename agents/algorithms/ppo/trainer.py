@@ -6,12 +6,12 @@ environments from agents/envs) that call runs no Python at all (`jit_compile` ha
 Every `eval_every_steps` environment steps the mean (deterministic) policy runs `eval_episodes`
 episodes on separate environment instances; the run then writes a checkpoint, exports the policy as
 a SavedModel to `policy/<step>/`, and writes a line of `metrics.jsonl` and TensorBoard summaries, in
-this order, so that nothing the run logs leads its checkpoints. The export is written by a
-background thread while training goes on (it cost ~0.1 s per evaluation, a tenth of a short
-run); the run waits for it before the next export and before it ends. A rerun in the same logdir
-restores the latest checkpoint that reads back (step count, weights, optimizer and normalizer
-statistics) and goes on; episodes in flight restart (see recovery.py for what a killed run leaves
-behind and how resuming deals with it).
+this order, so that nothing the run logs leads its checkpoints. Exports after the first (which
+runs `tf.saved_model.save`, see `_export`) are written by a background thread while training
+goes on; the run waits for one before the next export and before it ends. A rerun in the same
+logdir restores the latest checkpoint that reads back (step count, weights, optimizer and
+normalizer statistics) and goes on; episodes in flight restart (see recovery.py for what a
+killed run leaves behind and how resuming deals with it).
 
 Faults end in a `TrainingError` that names the problem, never with a checkpoint of a broken
 state:
@@ -818,7 +818,10 @@ class TrainingRun:
         policies of checkpoints no longer kept are deleted.
 
         With `background`, the weights are copied now and written by a thread while training
-        goes on; `_finish_export` waits for it and raises what it raised.
+        goes on; `_finish_export` waits for it and raises what it raised. The first export is
+        written here all the same: `tf.saved_model.save` sets the process-wide log level to FATAL
+        while it scans the policy's attributes (TensorFlow's AutoTrackable), which in a thread
+        silenced what the run logged meanwhile (a restart warning went missing).
         """
         self._finish_export()
         if self._policy_exporter is None:
@@ -833,7 +836,7 @@ class TrainingRun:
             policy_export.prune_exports(self._policy_dir, keep)
 
         what = f'the policy of step {steps} to {directory}'
-        if background:
+        if background and self._policy_exporter.program_saved:
             self._pending_export = (what, self._export_thread.submit(write))
         else:
             with self._writing(what):

@@ -2,6 +2,8 @@
 
 import json
 import os
+import threading
+from unittest import mock
 
 import gin
 import numpy as np
@@ -101,6 +103,30 @@ class TrainerTest(parameterized.TestCase):
             self.assertEqual(saved.step, step)
             np.testing.assert_array_equal(saved(observ, (), None)[0], live.numpy())
         env.close()
+
+    def test_only_exports_after_the_first_are_written_beside_training(self):
+        # tf.saved_model.save (the first export) lowers the process-wide log level while it
+        # runs: beside training it silenced the run's warnings. It must run on the training
+        # thread; the later exports (values only) in the background.
+        savers, writers = [], []
+        save, write = tf.saved_model.save, policy_export.PolicyExporter._write_saved_model
+
+        def recording_save(*args, **kwargs):
+            savers.append(threading.current_thread().name)
+            return save(*args, **kwargs)
+
+        def recording_write(exporter, directory):
+            writers.append(threading.current_thread().name)
+            return write(exporter, directory)
+
+        with mock.patch.object(tf.saved_model, 'save', recording_save), mock.patch.object(
+                policy_export.PolicyExporter, '_write_saved_model', recording_write):
+            trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1',
+                          total_steps=768, num_envs=2, rollout_length=64,
+                          env_mode='in_process', eval_every_steps=256, eval_episodes=1)
+        self.assertEqual(savers, [threading.current_thread().name])
+        self.assertLen(writers, 2)
+        self.assertTrue(all(name.startswith('policy-export') for name in writers), writers)
 
     def test_graph_optimizer_follows_the_backend(self):
         for arguments, disabled in ((dict(env_backend='native'), True),
