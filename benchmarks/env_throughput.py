@@ -11,7 +11,7 @@ The `in_graph_*` runners run the compiled rollout of `simulate.Simulator` with a
 (constant) policy on a BatchEnv in AutoresetMode.DISABLED, and the `raw_loop_*` runners step the
 same BatchEnv with the same action from a Python loop that resets finished envs the same way:
 their ratio is what simulating inside the TensorFlow graph keeps of the raw speed. These rows
-import TensorFlow, with one inter-op thread as training uses it.
+import TensorFlow, with one inter-op thread as training uses it, and run `--simulation_steps`.
 
 Example:
 
@@ -33,6 +33,10 @@ from absl import app, flags
 from agents.tools import batch_env
 
 flags.DEFINE_integer('steps', 20000, 'Env steps per timed run (split across the envs).')
+flags.DEFINE_integer(
+    'simulation_steps', 100000,
+    'Env steps per timed run of the raw_loop_* and in_graph_* runners: their ratio needs runs of '
+    'a second or more, since this VM\'s speed drifts by tens of percent within seconds.')
 flags.DEFINE_list('envs', ['1', '8', '32'], 'Numbers of envs in the batch.')
 flags.DEFINE_list('env_ids', ['Pendulum-v1', 'HalfCheetah-v5'], 'Gymnasium env ids.')
 flags.DEFINE_list('runners', None, 'Names of the runners to time (default: all).')
@@ -61,7 +65,7 @@ class Runner:
     name: str
     run: Callable[[str, np.ndarray], Timing]
     min_envs: int = 1
-    needs_tensorflow: bool = False
+    simulation: bool = False  # Imports TensorFlow; runs --simulation_steps.
 
 
 def _cpu_seconds():
@@ -179,9 +183,10 @@ def time_in_graph_rollout(mode, env_id, actions):
 
 def simulation_runners(mode, min_envs=1):
     return [
-        Runner(f'raw_loop_{mode}', functools.partial(time_raw_loop, mode), min_envs, True),
+        Runner(f'raw_loop_{mode}', functools.partial(time_raw_loop, mode), min_envs,
+               simulation=True),
         Runner(f'in_graph_{mode}', functools.partial(time_in_graph_rollout, mode), min_envs,
-               True),
+               simulation=True),
     ]
 
 
@@ -230,7 +235,7 @@ def main(argv):
     if unknown:
         raise app.UsageError(f'unknown runners {sorted(unknown)}; choose among '
                              f'{[runner.name for runner in RUNNERS]}')
-    if any(runner.needs_tensorflow for runner in runners):
+    if any(runner.simulation for runner in runners):
         import tensorflow as tf  # noqa: PLC0415 - only the in-graph rows need TensorFlow.
 
         # Envs step on TF's inter-op threads; one thread saves handing ops between threads.
@@ -239,17 +244,20 @@ def main(argv):
     results = {}  # (env_id, num_envs) -> {runner name: (median steps/s, median CPU us/step)}
     for env_id in FLAGS.env_ids:
         for num_envs in map(int, FLAGS.envs):
-            batch_steps = max(1, FLAGS.steps // num_envs)
-            env_steps = batch_steps * num_envs
-            actions = sample_actions(env_id, num_envs, batch_steps)
+            actions = sample_actions(env_id, num_envs, max(1, FLAGS.steps // num_envs))
+            # The simulation runners step a constant action: only the length counts.
+            simulation_actions = np.broadcast_to(
+                actions[:1], (max(1, FLAGS.simulation_steps // num_envs), *actions.shape[1:]))
             fitting = [runner for runner in runners if num_envs >= runner.min_envs]
             timings = {runner.name: [] for runner in fitting}
             for _ in range(FLAGS.repeats):  # Interleaved, so load drifts hit all runners.
                 for runner in fitting:
-                    timings[runner.name].append(runner.run(env_id, actions))
+                    steps = simulation_actions if runner.simulation else actions
+                    timings[runner.name].append(
+                        (steps.shape[0] * num_envs, runner.run(env_id, steps)))
             results[env_id, num_envs] = {
-                name: (statistics.median(env_steps / timing.wall for timing in runs),
-                       statistics.median(timing.cpu / env_steps * 1e6 for timing in runs))
+                name: (statistics.median(steps / timing.wall for steps, timing in runs),
+                       statistics.median(timing.cpu / steps * 1e6 for steps, timing in runs))
                 for name, runs in timings.items()}
             print(f'{env_id} x{num_envs}: ' + ', '.join(
                 f'{name} {rate:,.0f}' for name, (rate, _) in results[env_id, num_envs].items()),

@@ -207,23 +207,39 @@ class InGraphBatchEnvTest(parameterized.TestCase):
             reset_finished_and_step()
         np.testing.assert_array_equal(vector_env.episodes, [12, 6, 4])
 
-    def test_matches_raw_vector_env(self):
+    @parameterized.named_parameters(
+        ('float32', 'Pendulum-v1', None),
+        ('float64', 'HalfCheetah-v5', None),
+        ('matrix', 'Pendulum-v1', (3, 1)),
+        ('integer', 'FrozenLake-v1', None))
+    def test_matches_raw_vector_env(self, env_id, observ_shape):
+        # Observations of each dtype and rank, rewards and flags, across episode ends.
+        def make_env():
+            env = gym.make(env_id, max_episode_steps=5)
+            return gym.wrappers.ReshapeObservation(env, observ_shape) if observ_shape else env
+
         def make_vector_env():
-            return gym.vector.SyncVectorEnv(
-                [lambda: gym.make('Pendulum-v1')] * 2, autoreset_mode=_DISABLED)
+            return gym.vector.SyncVectorEnv([make_env] * 2, autoreset_mode=_DISABLED)
 
         reference = make_vector_env()
         reference_observ, _ = reference.reset(seed=5)
         env = in_graph_batch_env.InGraphBatchEnv(make_vector_env(), seed=5)
-        step = tf.function(env.step)
-        np.testing.assert_allclose(tf.function(env.reset)(), reference_observ)
-        for action in np.linspace(-2, 2, 8, dtype=np.float32):
-            actions = np.array([[action], [-action]])
+        self.assertEqual(env.observ.dtype, reference.single_observation_space.dtype)
+        step, reset = tf.function(env.step), tf.function(env.reset)
+        np.testing.assert_array_equal(reset(), reference_observ)
+        reference.action_space.seed(3)
+        for _ in range(12):
+            actions = reference.action_space.sample()
             observ, reward, terminated, truncated = step(actions)
             reference_observ, reference_reward, *reference_done, _ = reference.step(actions)
-            np.testing.assert_allclose(observ, reference_observ)
-            np.testing.assert_allclose(reward, reference_reward, rtol=1e-6)
+            np.testing.assert_array_equal(observ, reference_observ)
+            np.testing.assert_array_equal(env.observ, reference_observ)
+            np.testing.assert_array_equal(reward, reference_reward.astype(np.float32))
             np.testing.assert_array_equal([terminated, truncated], reference_done)
+            done = np.logical_or(*reference_done)
+            if done.any():
+                reset(np.flatnonzero(done))
+                reference.reset(options={'reset_mask': done})
 
     def test_observations_survive_reuse_of_env_buffers(self):
 
