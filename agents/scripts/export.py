@@ -12,7 +12,7 @@ import sys
 from absl import app, flags, logging
 
 from agents.algorithms.ppo import policy_export, restore
-from agents.scripts import run_config
+from agents.scripts import log_noise, run_config
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
 flags.DEFINE_string('checkpoint', None, 'Checkpoint to export: a step number of the run or a '
@@ -42,6 +42,7 @@ def check_outdir(outdir):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    log_noise.quiet()
     try:
         if not FLAGS.logdir:
             raise run_config.ConfigError('--logdir is required')

@@ -28,6 +28,8 @@ class ExportTest(absltest.TestCase):
                                           '--checkpoint=256', f'--outdir={outdir}')
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertEqual(result.stdout.strip(), outdir)
+        for noise in ('Writing fingerprint', 'Assets written', 'contains input name(s)'):
+            self.assertNotIn(noise, result.stderr)
         exported = policy_export.SavedPolicy(outdir)
         by_trainer = policy_export.SavedPolicy(os.path.join(self.logdir, 'policy', '256'))
         self.assertEqual(exported.step, 256)

@@ -25,7 +25,7 @@ gc.disable()
 from absl import app, flags, logging  # noqa: E402
 
 from agents.algorithms.ppo import trainer  # noqa: E402
-from agents.scripts import run_config  # noqa: E402
+from agents.scripts import log_noise, run_config  # noqa: E402
 
 gc.freeze()
 if _collecting:
@@ -55,6 +55,7 @@ def default_logdir(gin_files):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    log_noise.quiet()
     try:
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
         trainer.check_config()

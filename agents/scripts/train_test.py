@@ -49,6 +49,10 @@ class TrainBinaryTest(absltest.TestCase):
             ['step', 'mean_return', 'std_return', 'episodes', 'env_steps_per_sec', 'wall_time_s'],
             list(record))
         self.assertIn('Done:', first.stderr)
+        # The libraries' routine lines of saving and of finding included gin files are gone.
+        for noise in ('Sharding callback', 'Writing fingerprint', 'Assets written',
+                      'Path not found', 'system_path_file_exists'):
+            self.assertNotIn(noise, first.stderr)
         # The same command again finds the finished run and changes nothing.
         before = snapshot(os.path.join(logdir, 'checkpoints'))
         second = run_train('--gin_file=configs/pendulum.gin', '--logdir=runs/a', *TINY, cwd=cwd)

@@ -26,10 +26,8 @@ environment step it was exported at and the run's operative gin configuration, f
     action = policy.signatures['deterministic_action'](observ=observ)['action']
 """
 
-import contextlib
 import copy
 import json
-import logging
 import os
 import re
 import shutil
@@ -241,14 +239,13 @@ class PolicyExporter:
         temporary = tempfile.mkdtemp(prefix=f'.{os.path.basename(directory)}.partial-',
                                      dir=parent)
         try:
-            with _quiet_tensorflow_logs():
-                if self._program is None:
-                    tf.saved_model.save(self._module, temporary, signatures=self._signatures)
-                    with open(os.path.join(temporary, tf.saved_model.SAVED_MODEL_FILENAME_PB),
-                              'rb') as f:
-                        self._program = f.read()
-                else:
-                    self._write_saved_model(temporary)
+            if self._program is None:
+                tf.saved_model.save(self._module, temporary, signatures=self._signatures)
+                with open(os.path.join(temporary, tf.saved_model.SAVED_MODEL_FILENAME_PB),
+                          'rb') as f:
+                    self._program = f.read()
+            else:
+                self._write_saved_model(temporary)
             run_config.replace_directory(temporary, directory)
         finally:
             if os.path.exists(temporary):
@@ -272,18 +269,6 @@ def export_policy(agent, directory, observation_space, action_space, step=None, 
     """Exports `agent`'s policy as a SavedModel to `directory` (see `PolicyExporter`)."""
     exporter = PolicyExporter(agent, observation_space, action_space, **exporter_kwargs)
     return exporter.export(directory, step=step, config=config)
-
-
-@contextlib.contextmanager
-def _quiet_tensorflow_logs():
-    """Hides the INFO lines of saving (paths of assets, fingerprints) from training logs."""
-    logger = logging.getLogger('tensorflow')
-    level = logger.level
-    logger.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def exported_steps(policy_dir):
