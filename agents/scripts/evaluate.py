@@ -15,7 +15,7 @@ import sys
 from absl import app, flags, logging
 
 from agents.algorithms.ppo import policy_export, restore
-from agents.scripts import run_config
+from agents.scripts import log_noise, run_config
 from agents.tools import evaluation
 
 flags.DEFINE_string('policy', None, 'Directory of an exported policy (a SavedModel).')
@@ -76,6 +76,7 @@ def load_policy():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    log_noise.quiet()
     try:
         if FLAGS.num_episodes < 1:
             raise run_config.ConfigError(

@@ -16,7 +16,7 @@ import time
 from absl import app, flags, logging
 
 from agents.algorithms.ppo import restore
-from agents.scripts import run_config
+from agents.scripts import log_noise, run_config
 from agents.tools import evaluation, process_env, rendering, video
 
 EPISODES_FILE = 'episodes.jsonl'
@@ -90,6 +90,7 @@ class EpisodeRecorder:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    log_noise.quiet()
     try:
         if not FLAGS.logdir:
             raise run_config.ConfigError('--logdir is required')
