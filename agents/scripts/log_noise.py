@@ -16,11 +16,13 @@ import os
 
 from absl import logging as absl_logging
 
+_NOTHING = logging.CRITICAL + 1  # No record reaches this level.
+
 # (a part of the source path of the module that logs, the lowest level that still passes).
 _NOISE = (
     ('/tensorflow/python/checkpoint/', logging.WARNING),
     ('/tensorflow/python/saved_model/', logging.WARNING),
-    ('/gin/resource_reader.py', logging.CRITICAL + 1),
+    ('/gin/resource_reader.py', _NOTHING),
 )
 
 

@@ -50,9 +50,9 @@ class LogNoiseTest(absltest.TestCase):
 
     def test_gin_include_probe_is_dropped_and_a_missing_include_still_fails(self):
         directory = self.create_tempdir()
-        directory.create_file('base.gin', 'run_config_test_value.x = 1\n')
+        directory.create_file('base.gin', 'log_noise_test_value.x = 1\n')
         main = directory.create_file('main.gin', "include 'base.gin'\n").full_path
-        gin.external_configurable(dict, 'run_config_test_value')
+        gin.external_configurable(dict, 'log_noise_test_value')
         self.addCleanup(gin.clear_config)
 
         def load():
