@@ -3,12 +3,15 @@
 One `Simulator.step` resets the environments whose episodes ended, asks the algorithm for
 actions, steps the environments, hands the transition to the algorithm and keeps track of
 episode returns and lengths. `Simulator.rollout` runs T such steps in one `tf.while_loop`, so
-Python runs once per rollout, not once per step, and returns the transitions stacked over time.
+Python runs once per rollout, not once per step, and returns the transitions stacked over time;
+its loop holds as few ops as it can, since every op there costs more next to the environments'
+Python than alone.
 The environment only needs the interface of `InGraphBatchEnv` (`observ`, `terminated`,
 `truncated` variables, `step(action)`, `reset(indices)`, `len`), so a native TF environment can
 replace it.
 """
 
+import collections
 import operator
 import time
 from typing import Any, NamedTuple
@@ -70,7 +73,11 @@ class Algorithm:
         raise NotImplementedError(f'{type(self).__name__} must implement perform()')
 
     def experience(self, agent_indices, transition):
-        """Receives the `Transition` of the environments that just stepped."""
+        """Receives the `Transition` of the environments that just stepped.
+
+        Rollouts of algorithms that leave this hook alone derive the episode statistics after
+        their loop instead of step by step, which makes each step cheaper.
+        """
         del agent_indices, transition
 
     def end_episode(self, agent_indices):
@@ -96,6 +103,7 @@ class Simulator(tf.Module):
         # Skipping the end-of-episode check for algorithms that ignore it saves a conditional
         # per step.
         self._calls_end_episode = type(algorithm).end_episode is not Algorithm.end_episode
+        self._calls_experience = type(algorithm).experience is not Algorithm.experience
         with self.name_scope:
             self.score = tf.Variable(
                 tf.zeros((len(env),), tf.float32), trainable=False, name='score')
@@ -119,51 +127,130 @@ class Simulator(tf.Module):
         new value compiles the rollout again.
         """
         num_steps = _positive_int(num_steps, 'num_steps')
-        # The first step runs outside the loop: it tells the dtypes and shapes of the extras
-        # for the TensorArrays, and lets the algorithm create variables on first use.
-        initial = self._simulate_step(reset)
-        arrays = tf.nest.map_structure(
-            lambda x: tf.TensorArray(x.dtype, size=num_steps, element_shape=x.shape).write(0, x),
-            initial)
+        if self._calls_experience:
+            # The algorithm sees each step's complete transition, episode statistics included.
+            return _stack_over_time(self._simulate_step, num_steps, reset)
+        # Otherwise the loop keeps to the environment step and the rest is derived afterwards,
+        # vectorised over the rollout: next to the environments' Python, each op in the loop
+        # costs about twice what it costs alone (benchmarks/README.md).
+        first = self._episode_starts(reset)
+        steps = _stack_over_time(
+            lambda reset: self._act_and_step(self._episode_starts(reset)), num_steps, reset)
+        done = tf.logical_or(steps.terminated, steps.truncated)
+        first = tf.concat([first[None], done[:-1]], 0)
+        score, length = _episode_statistics(first, steps.reward, self.score, self.length)
+        self.score.assign(score[-1])
+        self.length.assign(length[-1])
+        return Transition(
+            steps.observ, steps.action, steps.reward, steps.terminated, steps.truncated,
+            steps.next_observ, first, steps.extras, score, length)
 
-        def body(index, arrays):
-            transition = self._simulate_step(False)
-            arrays = tf.nest.map_structure(lambda a, x: a.write(index, x), arrays, transition)
-            return index + 1, arrays
-
-        _, arrays = tf.while_loop(
-            lambda index, _: index < num_steps, body, (tf.constant(1), arrays),
-            parallel_iterations=1)
-        return tf.nest.map_structure(lambda array: array.stack(), arrays)
-
-    def _simulate_step(self, reset):
-        env, algorithm = self._env, self._algorithm
-        first = tf.logical_or(env.terminated, env.truncated)
+    def _episode_starts(self, reset):
+        """[N] bool, the environments' next step begins an episode."""
+        first = tf.logical_or(self._env.terminated, self._env.truncated)
         if reset is not False:
             first = tf.logical_or(first, tf.convert_to_tensor(reset, tf.bool))
+        return first
+
+    def _act_and_step(self, first):
+        """One step without episode statistics: resets the environments where `first`, acts,
+        steps, reports the episodes that ended."""
+        env, algorithm = self._env, self._algorithm
         tf.cond(tf.reduce_any(first), lambda: self._begin_episodes(first), lambda: None)
         observ = tf.convert_to_tensor(env.observ)
-        agent_indices = tf.range(len(env))
-        action, extras = algorithm.perform(agent_indices, observ)
+        action, extras = algorithm.perform(tf.range(len(env)), observ)
         next_observ, reward, terminated, truncated = env.step(action)
-        score = tf.where(first, tf.zeros_like(reward), self.score) + reward
-        length = tf.where(first, tf.zeros_like(self.length), self.length) + 1
-        self.score.assign(score)
-        self.length.assign(length)
-        transition = Transition(
-            observ, action, reward, terminated, truncated, next_observ, first, extras, score,
-            length)
-        algorithm.experience(agent_indices, transition)
         if self._calls_end_episode:
             done = tf.logical_or(terminated, truncated)
             tf.cond(
                 tf.reduce_any(done), lambda: algorithm.end_episode(_where(done)), lambda: None)
+        return _EnvStep(
+            observ=observ, action=action, reward=reward, terminated=terminated,
+            truncated=truncated, next_observ=next_observ, extras=extras)
+
+    def _simulate_step(self, reset):
+        """One step with its episode statistics, which `Algorithm.experience` receives."""
+        first = self._episode_starts(reset)
+        step = self._act_and_step(first)
+        score = tf.where(first, tf.zeros_like(step.reward), self.score) + step.reward
+        length = tf.where(first, tf.zeros_like(self.length), self.length) + 1
+        self.score.assign(score)
+        self.length.assign(length)
+        transition = Transition(
+            step.observ, step.action, step.reward, step.terminated, step.truncated,
+            step.next_observ, first, step.extras, score, length)
+        self._algorithm.experience(tf.range(len(self._env)), transition)
         return transition
 
     def _begin_episodes(self, mask):
         indices = _where(mask)
         self._env.reset(indices)
         self._algorithm.begin_episode(indices)
+
+
+# The fields of a `Transition` that a rollout's step loop records; the others are derived.
+_EnvStep = collections.namedtuple('_EnvStep', [
+    field for field in Transition._fields
+    if field not in ('first', 'episode_return', 'episode_length')])
+
+
+def _stack_over_time(step_fn, num_steps, reset):
+    """Runs `step_fn(reset)`, then `step_fn(False)` num_steps - 1 times in a tf.while_loop;
+    returns the outputs stacked to [T, ...]."""
+    # The first step runs outside the loop: it tells the dtypes and shapes of the outputs for
+    # the TensorArrays, and lets the algorithm create variables on first use.
+    initial = step_fn(reset)
+    arrays = tf.nest.map_structure(
+        lambda x: tf.TensorArray(x.dtype, size=num_steps, element_shape=x.shape).write(0, x),
+        initial)
+
+    def body(index, arrays):
+        outputs = step_fn(False)
+        arrays = tf.nest.map_structure(lambda a, x: a.write(index, x), arrays, outputs)
+        return index + 1, arrays
+
+    _, arrays = tf.while_loop(
+        lambda index, _: index < num_steps, body, (tf.constant(1), arrays),
+        parallel_iterations=1)
+    return tf.nest.map_structure(lambda array: array.stack(), arrays)
+
+
+def _episode_statistics(first, reward, score, length):
+    """[T, N] return and length of each step's episode so far, the step included.
+
+    `first` and `reward` are a rollout's [T, N] flags and rewards, `score` and `length` the [N]
+    return and length of the episodes running before it. Returns are summed in float64 and
+    rounded once, so they may differ from float32 running sums in the last bit; non-finite
+    rewards give what a running sum gives (NaN, or an infinity) until their episode ends.
+    """
+    num_steps, num_envs = first.shape
+    # Each environment's episodes in the rollout, numbered from 0 for the one running before it.
+    episode = tf.cumsum(tf.cast(first, tf.int32), axis=0)
+    began = episode > 0
+    segment = episode + tf.range(num_envs) * (num_steps + 1)
+
+    def running_sum(values):
+        """Sums of `values` [T, N, ...] from the start of each step's episode, or of the rollout
+        for episode 0."""
+        before = tf.cumsum(values, axis=0, exclusive=True)
+        starts = tf.reshape(first, first.shape + (1,) * (values.shape.rank - 2))
+        at_start = tf.math.unsorted_segment_sum(
+            tf.where(starts, before, tf.zeros_like(before)), segment,
+            num_envs * (num_steps + 1))
+        return tf.cumsum(values, axis=0) - tf.gather(at_start, segment)
+
+    length = running_sum(tf.ones_like(episode)) + tf.where(began, 0, length[None])
+    reward = tf.cast(reward, tf.float64)
+    zero = tf.zeros_like(reward)
+    finite = tf.math.is_finite(reward)
+    # Non-finite rewards would spoil the differences of sums; they are counted instead.
+    kinds = tf.stack([tf.math.is_nan(reward), reward == np.inf, reward == -np.inf], -1)
+    seen = running_sum(tf.cast(kinds, tf.int32)) > 0
+    nonfinite = tf.reduce_sum(
+        tf.where(seen, tf.constant([np.nan, np.inf, -np.inf], tf.float64), zero[..., None]), -1)
+    score = (running_sum(tf.where(finite, reward, zero)) + nonfinite
+             + tf.where(began, zero, tf.cast(score, tf.float64)[None]))
+    return tf.cast(score, tf.float32), length
 
 
 def _where(mask):

@@ -15,14 +15,14 @@ class _RecordingAlgorithm(simulate.Algorithm):
 
     `steps` is a per-environment state like that of a recurrent policy: zeroed by
     begin_episode, read and advanced by perform, so its value reveals whether the hooks ran
-    in the right order.
+    in the right order. Without `experience` (see _ExperiencingAlgorithm), rollouts take the
+    path that derives episode statistics after the loop.
     """
 
     def __init__(self, num_envs, action=_ACTION):
         self.begins = tf.Variable(tf.zeros(num_envs, tf.int32))
         self.ends = tf.Variable(tf.zeros(num_envs, tf.int32))
         self.steps = tf.Variable(tf.zeros(num_envs, tf.int32))
-        self.experienced_reward = tf.Variable(tf.zeros(num_envs, tf.float32))
         self.action = action
 
     def begin_episode(self, agent_indices):
@@ -35,18 +35,32 @@ class _RecordingAlgorithm(simulate.Algorithm):
         action = tf.fill([tf.size(agent_indices), 1], self.action)
         return action, {'steps': steps, 'nested': (observ[:, 2] * 2,)}
 
-    def experience(self, agent_indices, transition):
-        self.experienced_reward.scatter_add(
-            tf.IndexedSlices(transition.reward, agent_indices))
-
     def end_episode(self, agent_indices):
         self.ends.scatter_add(tf.IndexedSlices(tf.ones_like(agent_indices), agent_indices))
 
 
-def _make(durations=(1, 2, 3), terminates=(True, False, True), algorithm=None):
+class _ExperiencingAlgorithm(_RecordingAlgorithm):
+    """Also sums the rewards of the transitions it experiences, and their episode returns."""
+
+    def __init__(self, num_envs, action=_ACTION):
+        super().__init__(num_envs, action)
+        self.experienced_reward = tf.Variable(tf.zeros(num_envs, tf.float32))
+        self.experienced_return = tf.Variable(tf.zeros(num_envs, tf.float32))
+
+    def experience(self, agent_indices, transition):
+        self.experienced_reward.scatter_add(
+            tf.IndexedSlices(transition.reward, agent_indices))
+        self.experienced_return.scatter_add(
+            tf.IndexedSlices(transition.episode_return, agent_indices))
+
+
+def _make(durations=(1, 2, 3), terminates=(True, False, True), algorithm=None,
+          experience=True):
     vector_env = mock_vector_env.MockVectorEnv(durations, terminates)
     env = in_graph_batch_env.InGraphBatchEnv(vector_env)
-    algorithm = algorithm or _RecordingAlgorithm(len(durations))
+    if algorithm is None:
+        algorithm_type = _ExperiencingAlgorithm if experience else _RecordingAlgorithm
+        algorithm = algorithm_type(len(durations))
     return vector_env, simulate.Simulator(env, algorithm), algorithm
 
 
@@ -110,9 +124,10 @@ class SimulatorTest(parameterized.TestCase):
         np.testing.assert_array_equal(rollout.extras['steps'], expected['steps'])
         np.testing.assert_array_equal(rollout.extras['nested'][0], 2 * expected['observ'][..., 2])
 
-    def test_rollout_matches_mock_environments(self):
+    @parameterized.named_parameters(('experience', True), ('statistics_afterwards', False))
+    def test_rollout_matches_mock_environments(self, experience):
         durations, terminates = (1, 2, 3), (True, False, True)
-        vector_env, simulator, algorithm = _make(durations, terminates)
+        vector_env, simulator, algorithm = _make(durations, terminates, experience=experience)
         rollout = simulator.rollout(7)
         self.assertIsInstance(rollout, simulate.Transition)
         self.assertEqual(rollout.observ.shape, (7, 3, 4))
@@ -124,13 +139,17 @@ class SimulatorTest(parameterized.TestCase):
         # Episodes begin at steps 0, 2, 4... of env 1, and only finished ones end.
         np.testing.assert_array_equal(algorithm.begins, [7, 4, 3])
         np.testing.assert_array_equal(algorithm.ends, [7, 3, 2])
-        np.testing.assert_allclose(
-            algorithm.experienced_reward, np.sum(rollout.reward, axis=0), rtol=1e-6)
+        if experience:
+            np.testing.assert_allclose(
+                algorithm.experienced_reward, np.sum(rollout.reward, axis=0), rtol=1e-6)
+            np.testing.assert_allclose(
+                algorithm.experienced_return, np.sum(rollout.episode_return, axis=0), rtol=1e-6)
         np.testing.assert_allclose(simulator.score, rollout.episode_return[-1])
         np.testing.assert_array_equal(simulator.length, rollout.episode_length[-1])
 
-    def test_completed_episodes_are_read_with_done_mask(self):
-        _, simulator, _ = _make((2, 3), (True, False))
+    @parameterized.named_parameters(('experience', True), ('statistics_afterwards', False))
+    def test_completed_episodes_are_read_with_done_mask(self, experience):
+        _, simulator, _ = _make((2, 3), (True, False), experience=experience)
         rollout = simulator.rollout(6)
         done = np.logical_or(rollout.terminated, rollout.truncated)
         returns = tf.boolean_mask(rollout.episode_return, done)
@@ -139,9 +158,10 @@ class SimulatorTest(parameterized.TestCase):
         np.testing.assert_array_equal(lengths, [2, 3, 2, 2, 3])
         np.testing.assert_allclose(returns, [3, 7.5, 3, 3, 7.5])
 
-    def test_rollouts_continue_episodes(self):
+    @parameterized.named_parameters(('experience', True), ('statistics_afterwards', False))
+    def test_rollouts_continue_episodes(self, experience):
         durations, terminates = (2, 3, 5), (False, True, False)
-        vector_env, simulator, algorithm = _make(durations, terminates)
+        vector_env, simulator, algorithm = _make(durations, terminates, experience=experience)
         parts = [
             simulator.rollout(4), simulator.rollout(1), simulator.rollout(2), simulator.step()]
         parts[-1] = tf.nest.map_structure(lambda x: x[None], parts[-1])
@@ -151,8 +171,10 @@ class SimulatorTest(parameterized.TestCase):
         np.testing.assert_array_equal(vector_env.episodes, [4, 3, 2])
         np.testing.assert_array_equal(algorithm.begins, [4, 3, 2])
 
-    def test_forced_reset_aborts_running_episodes(self):
-        vector_env, simulator, algorithm = _make((2, 3, 4), (True, True, True))
+    @parameterized.named_parameters(('experience', True), ('statistics_afterwards', False))
+    def test_forced_reset_aborts_running_episodes(self, experience):
+        vector_env, simulator, algorithm = _make(
+            (2, 3, 4), (True, True, True), experience=experience)
         simulator.rollout(3)
         rollout = simulator.rollout(2, reset=True)
         np.testing.assert_array_equal(rollout.first, [[True] * 3, [False, False, False]])
@@ -267,6 +289,42 @@ class SimulatorTest(parameterized.TestCase):
         np.testing.assert_array_equal(rollout.truncated[:, 0], [0, 0, 0, 1, 0, 0])
         np.testing.assert_allclose(
             rollout.episode_return[3], np.sum(rewards[:4], axis=0), rtol=1e-5)
+
+
+class EpisodeStatisticsTest(parameterized.TestCase):
+    """A rollout's returns and lengths, derived after its loop, against running sums."""
+
+    @staticmethod
+    def running_sums(first, reward, score, length):
+        scores, lengths = [], []
+        with np.errstate(invalid='ignore'):  # inf - inf is NaN, as it should be.
+            for starts, rewards in zip(first, reward, strict=True):
+                score = np.where(starts, np.float32(0), score) + rewards
+                length = np.where(starts, 0, length) + 1
+                scores.append(score)
+                lengths.append(length)
+        return np.array(scores), np.array(lengths)
+
+    @parameterized.named_parameters(('finite', False), ('with_nan_and_infinities', True))
+    def test_matches_running_sums(self, nonfinite):
+        rng = np.random.default_rng(0)
+        for _ in range(50):
+            num_steps, num_envs = rng.integers(1, 12), rng.integers(1, 5)
+            first = rng.random((num_steps, num_envs)) < 0.3
+            reward = (rng.normal(size=(num_steps, num_envs)) * 10).astype(np.float32)
+            score = rng.normal(size=num_envs).astype(np.float32)
+            length = rng.integers(0, 50, num_envs).astype(np.int32)
+            if nonfinite:
+                bad = rng.random(reward.shape) < 0.15
+                reward[bad] = rng.choice([np.nan, np.inf, -np.inf], bad.sum())
+                score[0] = rng.choice([np.nan, np.inf, -np.inf])
+            returns, lengths = simulate._episode_statistics(
+                tf.constant(first), tf.constant(reward), tf.constant(score),
+                tf.constant(length))
+            expected_returns, expected_lengths = self.running_sums(first, reward, score, length)
+            np.testing.assert_array_equal(lengths, expected_lengths)
+            # NaN where the running sum is NaN, the same infinity where it is infinite.
+            np.testing.assert_allclose(returns, expected_returns, rtol=1e-5, atol=1e-4)
 
 
 class BenchmarkHelpersTest(parameterized.TestCase):
