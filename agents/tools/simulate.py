@@ -172,8 +172,9 @@ class Simulator(tf.Module):
         """One step with its episode statistics, which `Algorithm.experience` receives."""
         first = self._episode_starts(reset)
         step = self._act_and_step(first)
-        score = tf.where(first, tf.zeros_like(step.reward), self.score) + step.reward
-        length = tf.where(first, tf.zeros_like(self.length), self.length) + 1
+        score, length = _episode_statistics(
+            first[None], step.reward[None], self.score, self.length)
+        score, length = score[0], length[0]
         self.score.assign(score)
         self.length.assign(length)
         transition = Transition(
@@ -215,13 +216,14 @@ def _stack_over_time(step_fn, num_steps, reset):
     return tf.nest.map_structure(lambda array: array.stack(), arrays)
 
 
-def _episode_statistics(first, reward, score, length):
+def _episode_statistics(first, reward, score_before, length_before):
     """[T, N] return and length of each step's episode so far, the step included.
 
-    `first` and `reward` are a rollout's [T, N] flags and rewards, `score` and `length` the [N]
-    return and length of the episodes running before it. Returns are summed in float64 and
-    rounded once, so they may differ from float32 running sums in the last bit; non-finite
-    rewards give what a running sum gives (NaN, or an infinity) until their episode ends.
+    `first` and `reward` are T steps' [T, N] flags and rewards, `score_before` and
+    `length_before` the [N] return and length of the episodes running before them. Returns are
+    summed in float64 and rounded once, so they may differ from float32 running sums in the
+    last bit; non-finite rewards give what a running sum gives (NaN, or an infinity) until their
+    episode ends. Both `Simulator.step` and rollouts use it, so their statistics agree.
     """
     num_steps, num_envs = first.shape
     # Each environment's episodes in the rollout, numbered from 0 for the one running before it.
@@ -239,7 +241,7 @@ def _episode_statistics(first, reward, score, length):
             num_envs * (num_steps + 1))
         return tf.cumsum(values, axis=0) - tf.gather(at_start, segment)
 
-    length = running_sum(tf.ones_like(episode)) + tf.where(began, 0, length[None])
+    length = running_sum(tf.ones_like(episode)) + tf.where(began, 0, length_before[None])
     reward = tf.cast(reward, tf.float64)
     zero = tf.zeros_like(reward)
     finite = tf.math.is_finite(reward)
@@ -249,7 +251,7 @@ def _episode_statistics(first, reward, score, length):
     nonfinite = tf.reduce_sum(
         tf.where(seen, tf.constant([np.nan, np.inf, -np.inf], tf.float64), zero[..., None]), -1)
     score = (running_sum(tf.where(finite, reward, zero)) + nonfinite
-             + tf.where(began, zero, tf.cast(score, tf.float64)[None]))
+             + tf.where(began, zero, tf.cast(score_before, tf.float64)[None]))
     return tf.cast(score, tf.float32), length
 
 
