@@ -2,39 +2,90 @@
 
 `--setup_file=./pyproject.toml` makes Beam build BatchPPO's source package and stage it as
 `workflow.tar.gz`; each Dataflow worker pip-installs it. This checks that the package builds,
-that it holds the trainer, the sweep pipeline and the configs a sweep reads, and that the wheel
-pip would build from it on a worker holds them too. `--extra_package` of a wheel is the
-alternative: Beam stages the wheel and lists it for the workers.
+that it holds the trainer, the sweep pipeline and the configs a sweep reads but no tests or test
+helpers, and that the wheel pip would build from it on a worker holds them too, with the console
+scripts. `--extra_package` of a wheel is the alternative: Beam stages the wheel and lists it for
+the workers.
+
+Beam's stager builds the package with `python -m build --sdist --no-isolation`, run by the
+launcher's Python (`BEAM_PYTHON`, else its own) from the setup file's directory. The launcher's
+venv is tried as a user makes it: a fresh `python -m venv` (pip and the setuptools ensurepip
+ships) with `build` added, also after a `pip install .` from the same tree (which leaves
+setuptools' build directory there); and as the locked venv (a current setuptools).
 """
 
+import configparser
 import glob
+import importlib.machinery
+import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
+from unittest import mock
 
 from absl.testing import absltest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
+from packaging.requirements import Requirement
 
+from pipelines.packaging_testing import clean_env, copy_tree, run, staged
 from tools import source_tree
+from tools.package_contents import (
+    CONSOLE_SCRIPTS,
+    PACKAGED,
+    is_test_only,
+)
 
-PACKAGED = ('agents', 'pipelines', 'configs')
 # What a sweep runs on a worker: the sweep and its trials, the trainer binary and its
-# configuration loading, the PPO trainer, and the configs and sweep specs.
+# configuration loading, the PPO trainer, and the configs and sweep specs. Every other module
+# of the packages, config and report template is required too (found in the tree).
 REQUIRED = (
     'pipelines/sweep.py', 'pipelines/sweep_spec.py', 'pipelines/trial.py',
-    'pipelines/supervise.py', 'pipelines/storage.py', 'agents/scripts/train.py',
+    'pipelines/supervise.py', 'agents/scripts/train.py',
     'agents/scripts/run_config.py', 'agents/algorithms/ppo/trainer.py',
     'agents/algorithms/ppo/ppo.py', 'agents/tools/batch_env.py', 'configs/base.gin',
     'configs/pendulum.gin', 'configs/sweeps/pendulum.yaml')
+PACKAGE_FILES = ('agents/**/*.py', 'pipelines/**/*.py', 'pipelines/templates/*.html.j2',
+                 'configs/**/*.gin', 'configs/sweeps/*.yaml')
+# Test helpers the patterns above must catch.
+HELPERS = ('agents/scripts/testing_utils.py', 'agents/envs/testing.py',
+           'agents/tools/mock_vector_env.py', 'pipelines/process_testing.py',
+           'pipelines/report_fixtures.py', 'agents/reliability/harness.py')
+# What a launcher's venv gets beyond pip and setuptools (the README: `pip install '.[gcp]'`,
+# of which staging uses `build`).
+LAUNCHER_TOOLS = ('build',)
+def copy_distributions(names, site_packages):
+    """Installs the distributions `names` and their dependencies into `site_packages` by
+    copying them from this Python's environment (offline; their scripts are left out)."""
+    todo, done = list(names), set()
+    while todo:
+        dist = importlib.metadata.distribution(todo.pop())
+        name = dist.metadata['Name'].lower().replace('_', '-')
+        if name in done:
+            continue
+        done.add(name)
+        for line in dist.requires or ():
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({'extra': ''}):
+                todo.append(requirement.name)
+        for file in dist.files:
+            if file.parts[0] == '..' or '__pycache__' in file.parts:
+                continue
+            target = os.path.join(site_packages, *file.parts)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(file.locate(), target)
+    return done
 
 
-def staged(resources):
-    """{staged name: local file} of Beam's job resources."""
-    return {name: path for path, name, _ in Stager.extract_staging_tuple_iter(resources)}
+def bundled_setuptools_version():
+    """The version of setuptools that ensurepip installs into a new venv, if it ships one."""
+    import ensurepip
+    wheels = glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled',
+                                    'setuptools-*.whl'))
+    return os.path.basename(wheels[0]).split('-')[1] if wheels else None
 
 
 class DataflowStagingTest(absltest.TestCase):
@@ -46,16 +97,51 @@ class DataflowStagingTest(absltest.TestCase):
         cls.tmp = absltest.get_default_test_tmpdir()
         cls.src = os.path.join(cls.tmp, 'src')
         shutil.rmtree(cls.src, ignore_errors=True)
-        ignore = shutil.ignore_patterns('__pycache__', '*.pyc', '*.egg-info', 'MUJOCO_LOG.TXT')
-        for name in PACKAGED:
-            shutil.copytree(os.path.join(cls.root, name), os.path.join(cls.src, name),
-                            ignore=ignore)
-        for name in ('pyproject.toml', 'README.md'):
-            shutil.copy(os.path.join(cls.root, name), cls.src)
+        copy_tree(cls.root, cls.src)
         cls.expected = set(REQUIRED)
-        for pattern in ('configs/**/*.gin', 'configs/sweeps/*.yaml'):
+        for pattern in PACKAGE_FILES:
             cls.expected |= {os.path.relpath(path, cls.src) for path in glob.glob(
                 os.path.join(cls.src, pattern), recursive=True)}
+        cls.test_only = {name for name in cls.expected if is_test_only(name)}
+        cls.expected -= cls.test_only
+        cls.fresh_python = cls.make_launcher_venv(os.path.join(cls.tmp, 'launcher-venv'))
+        # Only for `pip install .` without isolation in that venv: setuptools before 70.1
+        # builds wheels with the `wheel` package (pip's isolated builds fetch it themselves).
+        cls.wheel_path = os.path.join(cls.tmp, 'wheel-package')
+        shutil.rmtree(cls.wheel_path, ignore_errors=True)
+        copy_distributions(['wheel'], cls.wheel_path)
+
+    @classmethod
+    def make_launcher_venv(cls, path):
+        """A fresh venv as the README has a Dataflow launcher make it; returns its python."""
+        shutil.rmtree(path, ignore_errors=True)
+        run([sys.executable, '-m', 'venv', path], env=clean_env())
+        python = os.path.join(path, 'bin', 'python')
+        site_packages = run(
+            [python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
+            env=clean_env()).strip()
+        copy_distributions(LAUNCHER_TOOLS, site_packages)
+        cls.fresh_setuptools = run(
+            [python, '-c', 'import setuptools; print(setuptools.__version__)'],
+            env=clean_env()).strip()
+        return python
+
+    def test_launcher_venv_is_fresh(self):
+        installed = run(
+            [self.fresh_python, '-c', 'import importlib.metadata as m; print(*(d.metadata["Name"]'
+             '.lower().replace("_", "-") for d in m.distributions()))'], env=clean_env()).split()
+        self.assertCountEqual(installed,
+                              ['pip', 'setuptools', 'build', 'packaging', 'pyproject-hooks'])
+        bundled = bundled_setuptools_version()
+        if bundled:
+            self.assertEqual(self.fresh_setuptools, bundled)
+
+    def test_test_only_patterns_catch_the_helpers(self):
+        for helper in HELPERS:
+            if os.path.exists(os.path.join(self.src, helper)):
+                self.assertIn(helper, self.test_only)
+        self.assertIn('agents/tools/batch_env_test.py', self.test_only)
+        self.assertFalse(set(REQUIRED) & self.test_only)
 
     def stage(self, *args):
         temp_dir = os.path.join(self.create_tempdir().full_path)
@@ -63,38 +149,106 @@ class DataflowStagingTest(absltest.TestCase):
             PipelineOptions(list(args)), temp_dir, log_submission_env_dependencies=False)
         return staged(resources)
 
+    def stage_setup_file(self, tree, python=None):
+        """Beam's staging of `tree` with --setup_file, the launcher's Python being `python`."""
+        setup_file = os.path.join(tree, 'pyproject.toml')
+        env = clean_env(BEAM_PYTHON=python) if python else clean_env()
+        with mock.patch.dict(os.environ, env, clear=True):
+            try:
+                return self.stage(f'--setup_file={setup_file}')
+            except RuntimeError as error:
+                # Beam's message hides the build's output: show it.
+                result = subprocess.run(
+                    [python or sys.executable, '-m', 'build', '--no-isolation', '--sdist',
+                     '--outdir', self.create_tempdir().full_path, tree], cwd=tree, env=env,
+                    capture_output=True, text=True, check=False)
+                raise AssertionError(
+                    f'{error}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}') from error
+
+    def assert_package(self, names, top_level, where):
+        """`names`: the package's files, relative to its root."""
+        self.assertEmpty(self.expected - names, f'missing from the {where}')
+        self.assertEmpty(sorted(n for n in names if is_test_only(n)),
+                         f'tests or test helpers in the {where}')
+        self.assertEmpty(sorted({n.split('/')[0] for n in names} - set(PACKAGED) - top_level),
+                         f'unexpected top-level entries in the {where}')
+
+    def assert_sdist(self, path):
+        """Checks the sdist at `path`; returns its top directory's name."""
+        with tarfile.open(path) as sdist:
+            names = [name for name in sdist.getnames() if '/' in name]
+        prefix = names[0].split('/')[0]
+        self.assertStartsWith(prefix, 'batchppo-')
+        self.assert_package(
+            {name.partition('/')[2] for name in names},
+            {'', 'PKG-INFO', 'README.md', 'pyproject.toml', 'setup.py', 'setup.cfg',
+             'batchppo.egg-info'}, 'sdist')
+        return prefix
+
+    def assert_wheel(self, path):
+        names = set(zipfile.ZipFile(path).namelist())
+        dist_info = {n.split('/')[0] for n in names if n.split('/')[0].endswith('.dist-info')}
+        self.assertLen(dist_info, 1)
+        self.assert_package(names, dist_info, 'wheel')
+        entry_points = configparser.ConfigParser()
+        entry_points.read_string(zipfile.ZipFile(path).read(
+            f'{dist_info.pop()}/entry_points.txt').decode())
+        self.assertEqual(dict(entry_points['console_scripts']), CONSOLE_SCRIPTS)
+
     def test_setup_file_stages_a_package_with_the_trainer_and_configs(self):
-        files = self.stage(f'--setup_file={os.path.join(self.src, "pyproject.toml")}')
+        files = self.stage_setup_file(self.src)
         self.assertIn('workflow.tar.gz', files)
+        prefix = self.assert_sdist(files['workflow.tar.gz'])
+        unpacked = self.create_tempdir().full_path
         with tarfile.open(files['workflow.tar.gz']) as sdist:
-            names = sdist.getnames()
-            prefix = names[0].split('/')[0]
-            self.assertStartsWith(prefix, 'batchppo-')
-            self.assertEmpty(self.expected - {name.partition('/')[2] for name in names})
-            unpacked = self.create_tempdir().full_path
             sdist.extractall(unpacked, filter='data')
         # What pip does with it on a worker: build a wheel, offline.
         dist = self.create_tempdir().full_path
-        result = subprocess.run(
-            [sys.executable, '-m', 'build', '--wheel', '--no-isolation', '--outdir', dist,
-             os.path.join(unpacked, prefix)], capture_output=True, text=True, check=False)
-        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        run([sys.executable, '-m', 'build', '--wheel', '--no-isolation', '--outdir', dist,
+             os.path.join(unpacked, prefix)], env=clean_env())
         wheel, = glob.glob(os.path.join(dist, 'batchppo-*.whl'))
-        self.assertEmpty(self.expected - set(zipfile.ZipFile(wheel).namelist()))
+        self.assert_wheel(wheel)
 
     def test_extra_package_stages_a_wheel(self):
         dist = self.create_tempdir().full_path
-        result = subprocess.run(
-            [sys.executable, '-m', 'build', '--wheel', '--no-isolation', '--outdir', dist,
-             self.src], capture_output=True, text=True, check=False)
-        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        run([sys.executable, '-m', 'build', '--wheel', '--no-isolation', '--outdir', dist,
+             self.src], env=clean_env())
         wheel, = glob.glob(os.path.join(dist, 'batchppo-*.whl'))
         files = self.stage(f'--extra_package={wheel}')
         self.assertIn(os.path.basename(wheel), files)
         with open(files['extra_packages.txt']) as f:
             self.assertEqual(f.read().split(), [os.path.basename(wheel)])
-        self.assertEmpty(self.expected - set(zipfile.ZipFile(
-            files[os.path.basename(wheel)]).namelist()))
+        self.assert_wheel(files[os.path.basename(wheel)])
+
+    def test_fresh_launcher_venv_stages_the_package(self):
+        tree = copy_tree(self.src, os.path.join(self.create_tempdir().full_path, 'tree'))
+        files = self.stage_setup_file(tree, python=self.fresh_python)
+        self.assert_sdist(files['workflow.tar.gz'])
+
+    def pip_install_then_stage(self, python, env):
+        """`pip install .` from a copy of the tree, then Beam's staging from that tree."""
+        tree = copy_tree(self.src, os.path.join(self.create_tempdir().full_path, 'tree'))
+        target = self.create_tempdir().full_path
+        run([python, '-m', 'pip', 'install', '--no-deps', '--no-build-isolation', '--target',
+             target, '.'], cwd=tree, env=env)
+        # No `build` in the tree for `python -m build` to import instead of the package.
+        self.assertIsNone(importlib.machinery.PathFinder.find_spec('build', [tree]),
+                          sorted(os.listdir(tree)))
+        installed = {os.path.relpath(os.path.join(directory, name), target)
+                     for directory, _, names in os.walk(target) for name in names
+                     if '__pycache__' not in directory}
+        dist_info = {n.split('/')[0] for n in installed if n.split('/')[0].endswith('.dist-info')}
+        self.assert_package(installed, dist_info | {'bin'}, 'installed package')
+        self.assertContainsSubset(
+            {f'bin/{script}' for script in CONSOLE_SCRIPTS}, installed)
+        files = self.stage_setup_file(tree, python=python)
+        self.assert_sdist(files['workflow.tar.gz'])
+
+    def test_fresh_launcher_venv_stages_the_package_after_pip_install(self):
+        self.pip_install_then_stage(self.fresh_python, clean_env(PYTHONPATH=self.wheel_path))
+
+    def test_locked_venv_stages_the_package_after_pip_install(self):
+        self.pip_install_then_stage(sys.executable, clean_env())
 
 
 if __name__ == '__main__':

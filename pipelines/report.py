@@ -10,9 +10,21 @@ into one element that draws the summary plots and writes `index.html`, a page pe
 
 By default Beam's DirectRunner runs it in worker processes, one per core, as the sweep does
 (--direct_running_mode=in_memory keeps it in this process); any other Beam flag (--runner,
-...) goes to Beam unchanged. The report is written to a temporary folder beside --output_dir
-and moved there when complete, so a failed run keeps the previous report; an existing
---output_dir must be empty or hold an earlier report.
+...) goes to Beam unchanged. An existing --output_dir must be empty or hold an earlier report.
+
+--input and --output_dir may be object-storage URLs (`gs://bucket/path`, with
+`pip install 'apache-beam[gcp]'`). The workers write every plot and video straight to the
+report's storage, so any runner works with a URL --output_dir; local paths work only with
+runners whose workers run on this machine (the default), and are refused for Dataflow's. No
+credentials, an unknown bucket or a denied permission are told before the pipeline starts.
+
+A failed run keeps the previous report. A local report is written to a temporary folder beside
+--output_dir and renamed into place when complete. A URL --output_dir gets its files under
+`<output_dir>/.staging-<id>/` and, when complete, they are copied (within the store) into
+place: index.html of an earlier report is removed first and the new one copied last, so the
+folder never has an index.html over the files of two reports (a failure while copying leaves
+it without one); then the files of the earlier report the new one lacks, and the staging
+files, are removed.
 
 Exit codes:
   0  every run was read completely;
@@ -24,13 +36,19 @@ Exit codes:
   1  the pipeline failed: nothing was written.
 """
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import logging as std_logging
+import mimetypes
 import os
+import posixpath
+import re
 import shutil
 import sys
 import tempfile
+import uuid
 
 import apache_beam as beam
 from absl import app, flags, logging
@@ -41,14 +59,20 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
+from agents.runs import run_dir
 from agents.scripts import run_config
 from pipelines import plots, report_data, report_html, run_reader
 
 EXIT_USAGE = 2
+# A report on object storage while the pipeline writes it: <output_dir>/.staging-<id>/.
+STAGING_PREFIX = '.staging-'
 
-flags.DEFINE_string('input', None, 'A sweep output directory or any directory tree of runs.')
+flags.DEFINE_string('input', None, 'A sweep output directory or any directory tree of runs: a '
+                    'local path or a URL (gs://bucket/path).')
 flags.DEFINE_string('output_dir', None, 'Directory for the report (index.html, report.json, '
-                    'plots, videos); must be empty, new, or hold an earlier report.')
+                    'plots, videos); must be empty, new, or hold an earlier report. A URL '
+                    '(gs://bucket/path) works with any --runner; a local path only with runners '
+                    'whose workers run on this machine (the default).')
 flags.DEFINE_integer('seed', 0, 'Seeds the bootstrap and the episodes of the videos.')
 flags.DEFINE_integer('bootstrap_reps', 50_000, 'Bootstrap resamples for the intervals of final '
                      'scores (rliable\'s default).')
@@ -69,16 +93,48 @@ class UsageError(Exception):
     """Bad flags or paths, told in one sentence."""
 
 
+@contextlib.contextmanager
+def output_file(directory, relative):
+    """A local path to write the report's file `relative` (e.g. 'plots/iqm.svg') to.
+
+    Under a local `directory` (whose folders `build_pipeline` made) it is the file itself; under
+    a URL it is a temporary file, uploaded to its place when the block ends without an error.
+    """
+    path = run_dir.join(directory, relative)
+    if not run_dir.is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix='report-') as local:
+        local_path = os.path.join(local, posixpath.basename(relative))
+        yield local_path
+        with open(local_path, 'rb') as f:
+            data = f.read()
+        # The type lets browsers show the report from the store.
+        run_dir.write_bytes(path, data, mime_type=mimetypes.guess_type(relative)[0] or
+                            'application/octet-stream')
+
+
+@contextlib.contextmanager
+def local_directory(directory):
+    """`directory` itself if it is local, else a temporary copy of the files under the URL."""
+    if not run_dir.is_remote(directory):
+        yield directory
+        return
+    with tempfile.TemporaryDirectory(prefix='policy-') as copy:
+        run_dir.download_tree(directory, copy)
+        yield copy
+
+
 def read_run(item, settings):
     """Stage 1, per run: reads it and draws its curve."""
     logdir, trial = item
     run = run_reader.read_run(logdir, settings.input_dir, trial, settings.ignore_bindings)
     if run.error is None:
         try:
-            plots.run_curve((run.eval_steps, run.eval_returns),
-                            (run.train_steps, run.train_returns),
-                            os.path.join(settings.output_dir, report_data.run_plot(run.run_id)),
-                            f'{run.run_id} (seed {run.seed})')
+            with output_file(settings.output_dir, report_data.run_plot(run.run_id)) as path:
+                plots.run_curve((run.eval_steps, run.eval_returns),
+                                (run.train_steps, run.train_returns), path,
+                                f'{run.run_id} (seed {run.seed})')
         except Exception as error:  # A plot must not cost the run its place in the report.
             run.problems.append(f'cannot plot its curve: {type(error).__name__}: {error}')
     return run
@@ -89,27 +145,33 @@ def summarize(item, settings):
     key, runs = item
     runs = sorted(runs, key=report_data.run_order)
     config = report_data.summarize_configuration(key, runs, settings)
-    plots.configuration_curve(
-        config['curve'], [(f'seed {run.seed}' if run.seed is not None else run.run_id,
-                           run.eval_steps, run.eval_returns) for run in runs],
-        os.path.join(settings.output_dir, config['plot']),
-        f'Evaluation return of {len(runs)} run(s)')
+    with output_file(settings.output_dir, config['plot']) as path:
+        plots.configuration_curve(
+            config['curve'], [(f'seed {run.seed}' if run.seed is not None else run.run_id,
+                               run.eval_steps, run.eval_returns) for run in runs],
+            path, f'Evaluation return of {len(runs)} run(s)')
     return config
 
 
 def render_video(config, settings):
-    """Stage 3, per configuration: the video of the best run that has a usable policy."""
+    """Stage 3, per configuration: the video of the best run that has a usable policy.
+
+    A policy on object storage is copied down (that directory only) to be rendered.
+    """
     if not settings.videos:
         return config
     failures = []
     path = report_data.video_path(config['id'])
     for run_id, seed, policy_dir in config['video_candidates']:
+        local_policy = policy_dir
         try:
-            info = _render_with_retry(policy_dir, os.path.join(settings.output_dir, path),
-                                      settings)
+            with local_directory(policy_dir) as local_policy, \
+                    output_file(settings.output_dir, path) as video:
+                info = _render_with_retry(local_policy, video, settings)
         except Exception as error:  # One bad policy must not stop the report; it is listed.
             logging.warning('No video of %s: %s', run_id, error)
-            failures.append(f'{run_id}: {_first_line(error)}')
+            # A message naming the policy's local copy names the policy.
+            failures.append(f'{run_id}: {_first_line(error).replace(local_policy, policy_dir)}')
             continue
         config['video'] = dict(info, path=path, run=run_id, seed=seed)
         if run_id != config['best_run']:
@@ -153,27 +215,29 @@ def write_report(unused_element, runs, configurations, discovery, settings):
     report = report_data.build_report(list(runs) + discovery.missing, list(configurations),
                                       discovery.problems, settings)
     directory = settings.output_dir
-    os.makedirs(os.path.join(directory, 'plots'), exist_ok=True)
     ranked = report['configurations']
     if ranked:
-        plots.learning_curves([(config['label'], config['curve']) for config in ranked],
-                              os.path.join(directory, report['plots']['learning_curves']))
-        plots.interval_estimates(
-            [(config['label'], config['final']['iqm']['value'], *config['final']['iqm']['ci'])
-             for config in ranked], os.path.join(directory, report['plots']['iqm']))
+        with output_file(directory, report['plots']['learning_curves']) as path:
+            plots.learning_curves([(config['label'], config['curve']) for config in ranked],
+                                  path)
+        with output_file(directory, report['plots']['iqm']) as path:
+            plots.interval_estimates(
+                [(config['label'], config['final']['iqm']['value'],
+                  *config['final']['iqm']['ci']) for config in ranked], path)
     for entry in report['plots']['sensitivity']:
-        plots.sensitivity(entry['parameter'], [
-            (point['value'], point['text'], point['scores'], point['iqm'], point['lower'],
-             point['upper']) for point in entry['points']],
-            os.path.join(directory, entry['plot']))
+        with output_file(directory, entry['plot']) as path:
+            plots.sensitivity(entry['parameter'], [
+                (point['value'], point['text'], point['scores'], point['iqm'], point['lower'],
+                 point['upper']) for point in entry['points']], path)
     report_html.write_report(report, directory)
     return report['exit_code']
 
 
 def build_pipeline(pipeline, discovery, settings):
     """The report pipeline's stages on `pipeline` (see the module docstring)."""
-    for name in ('runs', 'plots', 'videos'):
-        os.makedirs(os.path.join(settings.output_dir, name), exist_ok=True)
+    if not run_dir.is_remote(settings.output_dir):
+        for name in ('runs', 'plots', 'videos'):
+            os.makedirs(os.path.join(settings.output_dir, name), exist_ok=True)
     runs = (pipeline
             | 'ListRuns' >> beam.Create(discovery.runs)
             | 'SpreadRuns' >> beam.Reshuffle()
@@ -235,11 +299,50 @@ def default_runner(options):
     return fn_runner.FnApiRunner()
 
 
+def check_runner(options, settings):
+    """Fails if the runner's workers run on other machines (Dataflow's), where local paths are
+    not this machine's."""
+    runner = options.view_as(StandardOptions).runner
+    if runner and 'dataflow' in str(runner).lower():
+        local = [f'--{name}' for name, path in (('input', settings.input_dir),
+                                                ('output_dir', settings.output_dir))
+                 if not run_dir.is_remote(path)]
+        if local:
+            raise UsageError(f'--runner={runner} runs the workers on other machines, which '
+                             f'cannot reach the local {" and ".join(local)}: give gs:// URLs')
+
+
+@contextlib.contextmanager
+def storage_errors(url):
+    """A failure to use URL `url` (library missing, no credentials, unknown bucket, permission
+    denied) as a UsageError in one sentence."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except run_dir.StorageError as error:
+        raise UsageError(str(error)) from error
+    except Exception as error:  # Each storage library raises its own types.
+        raise UsageError(run_dir.describe_error(url, error)) from error
+
+
+def _contains(directory, path):
+    if run_dir.is_remote(directory) != run_dir.is_remote(path):
+        return False
+    if run_dir.is_remote(directory):
+        return path == directory or path.startswith(directory + '/')
+    return os.path.commonpath([directory, path]) == directory
+
+
 def check_output_dir(output_dir, input_dir):
     """Fails unless `output_dir` can take the report without losing anything else."""
+    if run_dir.is_remote(output_dir):
+        with storage_errors(output_dir):
+            _check_remote_output_dir(output_dir, input_dir)
+        return
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise UsageError(f'output_dir {output_dir} exists and is not a directory')
-    if os.path.commonpath([output_dir, input_dir]) == output_dir:
+    if _contains(output_dir, input_dir):
         raise UsageError(f'output_dir {output_dir} contains the input {input_dir}')
     if os.path.isdir(output_dir) and os.listdir(output_dir):
         if not _holds_report(output_dir):
@@ -252,12 +355,32 @@ def check_output_dir(output_dir, input_dir):
         raise UsageError(f'cannot write output_dir {output_dir}: {parent} is not writable')
 
 
+def _check_remote_output_dir(output_dir, input_dir):
+    """`check_output_dir` of a URL; a probe object tells whether it can be written."""
+    if _contains(output_dir, input_dir):
+        raise UsageError(f'output_dir {output_dir} contains the input {input_dir}')
+    run_dir.check_writable(output_dir)
+    # An object of that name (a bucket itself is none).
+    if '/' in output_dir.split('://', 1)[1] and run_dir.exists(output_dir):
+        raise UsageError(f'output_dir {output_dir} exists and is a file, not a folder')
+    if any(not name.startswith(STAGING_PREFIX) for name in run_dir.list_files(output_dir)):
+        if not _holds_report(output_dir):
+            raise UsageError(f'output_dir {output_dir} is not empty and holds no earlier '
+                             'report; choose a new or empty folder')
+
+
 def _holds_report(directory):
     try:
-        with open(os.path.join(directory, report_html.REPORT_FILE), encoding='utf-8') as f:
-            return json.load(f).get('format') == report_data.FORMAT
+        text = run_dir.read_text(run_dir.join(directory, report_html.REPORT_FILE))
+        return json.loads(text).get('format') == report_data.FORMAT
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _directory_flag(path):
+    """A --input or --output_dir: resolved (URLs unchanged) and without trailing slashes."""
+    path = run_dir.resolve(path)
+    return re.sub(r'(?<=[^/])/+$', '', path) if run_dir.is_remote(path) else path
 
 
 def settings_from_flags():
@@ -268,10 +391,14 @@ def settings_from_flags():
                  'video_max_steps', 'video_size'):
         if getattr(FLAGS, name) < 1:
             raise UsageError(f'--{name} must be positive, got {getattr(FLAGS, name)}')
-    input_dir = run_config.resolve_path(FLAGS.input)
-    if not os.path.isdir(input_dir):
+    input_dir = _directory_flag(FLAGS.input)
+    if run_dir.is_remote(input_dir):
+        with storage_errors(input_dir):
+            if run_dir.is_empty_directory(input_dir):
+                raise UsageError(f'input {input_dir} does not exist: nothing is stored under it')
+    elif not os.path.isdir(input_dir):
         raise UsageError(f'input {input_dir} does not exist or is not a directory')
-    output_dir = run_config.resolve_path(FLAGS.output_dir)
+    output_dir = _directory_flag(FLAGS.output_dir)
     check_output_dir(output_dir, input_dir)
     return report_data.Settings(
         input_dir=input_dir, output_dir=output_dir, seed=FLAGS.seed,
@@ -284,13 +411,21 @@ def settings_from_flags():
 def make_report(settings, options=None):
     """Runs the pipeline into a staging folder, then moves it to `settings.output_dir`.
 
+    The staging folder of a local report is beside it and renamed into place; that of a report
+    on object storage is `<output_dir>/.staging-<id>/`, and `publish` moves its files.
+
     Returns:
       The report (report.json's content).
     """
     output_dir = settings.output_dir
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f'.{os.path.basename(output_dir)}.partial-', dir=parent)
+    remote = run_dir.is_remote(output_dir)
+    if remote:
+        staging = run_dir.join(output_dir, STAGING_PREFIX + uuid.uuid4().hex[:12])
+    else:
+        parent = os.path.dirname(output_dir)
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f'.{os.path.basename(output_dir)}.partial-',
+                                   dir=parent)
     try:
         discovery = run_reader.find_runs(settings.input_dir, exclude=[output_dir])
         logging.info('Found %d runs under %s.', len(discovery.runs), settings.input_dir)
@@ -300,13 +435,56 @@ def make_report(settings, options=None):
         options = options or PipelineOptions([])
         with beam.Pipeline(runner=default_runner(options), options=options) as pipeline:
             build_pipeline(pipeline, discovery, staged)
-        with open(os.path.join(staging, report_html.REPORT_FILE), encoding='utf-8') as f:
-            report = json.load(f)
-        run_config.replace_directory(staging, output_dir)
+        report = json.loads(run_dir.read_text(run_dir.join(staging, report_html.REPORT_FILE)))
+        if remote:
+            publish(staging, output_dir)
+        else:
+            run_config.replace_directory(staging, output_dir)
     finally:
-        if os.path.exists(staging):
+        if remote:
+            _remove_staging(staging)
+        elif os.path.exists(staging):
             shutil.rmtree(staging)
     return report
+
+
+def publish(staging, output_dir):
+    """Moves the report under URL `staging` to URL `output_dir`, replacing an earlier one.
+
+    Object stores rename no folders: each file is copied within the store. The earlier report's
+    index.html goes first and the new one comes last, so that neither while the files are
+    replaced nor after a failure does the folder have an index.html over the files of two
+    reports; then the files of the earlier report that the new one lacks are removed.
+    """
+    staged = run_dir.list_files(staging)
+    earlier = [name for name in run_dir.list_files(output_dir)
+               if not name.startswith(STAGING_PREFIX)]
+    index = report_html.INDEX_FILE
+    run_dir.delete([run_dir.join(output_dir, index)])
+    _in_parallel(lambda name: _copy(run_dir.join(staging, name), run_dir.join(output_dir, name)),
+                 [name for name in sorted(staged) if name != index])
+    _copy(run_dir.join(staging, index), run_dir.join(output_dir, index))
+    _in_parallel(lambda name: run_dir.delete([run_dir.join(output_dir, name)]),
+                 [name for name in earlier if name not in staged])
+
+
+def _copy(source, destination):
+    """Copies a file within an object store (the data does not pass through here)."""
+    run_dir.filesystems(source).copy([source], [destination])
+
+
+def _remove_staging(staging):
+    try:
+        _in_parallel(lambda name: run_dir.delete([run_dir.join(staging, name)]),
+                     run_dir.list_files(staging))
+    except Exception as error:  # Left behind, it is ignored by later reports.
+        logging.warning('Could not remove the staging files %s: %s', staging, error)
+
+
+def _in_parallel(function, items, threads=8):
+    """Calls `function` on each item, in threads (object-store requests mostly wait)."""
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(function, items))
 
 
 def parse_flags(argv):
@@ -322,6 +500,7 @@ def main(argv):
     try:
         options = pipeline_options(argv[1:])
         settings = settings_from_flags()
+        check_runner(options, settings)
     except UsageError as error:
         print(f'report: error: {error}', file=sys.stderr)
         return EXIT_USAGE
@@ -330,7 +509,7 @@ def main(argv):
     report = make_report(settings, options)
     print(f'Report of {report["num_runs"]} runs in {len(report["configurations"])} '
           f'configurations ({report["num_skipped"]} skipped, {len(report["problems"])} '
-          f'problems): {os.path.join(settings.output_dir, report_html.INDEX_FILE)}')
+          f'problems): {run_dir.join(settings.output_dir, report_html.INDEX_FILE)}')
     for entry in report['skipped']:
         print(f'  skipped {entry["run"]}: {entry["reason"]}')
     for entry in report['problems']:
@@ -338,5 +517,14 @@ def main(argv):
     return report['exit_code']
 
 
-if __name__ == '__main__':
+def run():
+    """The console script's entry point."""
+    # `--helpshort` lists the flags of the program's own file, not this module's, when the
+    # program is a console script.
+    for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == '__main__':
+    run()

@@ -18,16 +18,23 @@ is still used) or `Run.error` (the run is skipped), each a sentence naming the f
 
 A sweep's `trials.jsonl` (pipelines/sweep.py) adds each trial's status, seed and bindings; a
 trial the sweep recorded as failed is skipped with its error.
+
+The input may be an object-storage URL (`gs://...`, see agents/runs/run_dir.py): runs are then
+found in one listing of everything under it, and each run's small files (gin, metrics.jsonl,
+event files) are copied to a temporary directory and read there as local ones. A run's policy
+directory stays a URL; whoever renders it copies it down.
 """
 
 import ast
 import dataclasses
 import fnmatch
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import tempfile
 import tokenize
 from typing import Any
 
@@ -36,12 +43,12 @@ import numpy as np
 from gin import config_parser
 from tensorboard.compat.proto import event_pb2, types_pb2
 
-from agents.scripts import run_config
+from agents.runs import run_dir
 
-CONFIG_FILES = (run_config.OPERATIVE_CONFIG_FILE, run_config.CONFIG_FILE)
-METRICS_FILE = 'metrics.jsonl'  # As agents/algorithms/ppo/trainer.py writes it.
-POLICY_DIR = 'policy'  # As agents/algorithms/ppo/policy_export.py exports to it.
-EVENTS_PATTERN = 'events.out.tfevents.*'
+CONFIG_FILES = (run_dir.OPERATIVE_CONFIG_FILE, run_dir.CONFIG_FILE)
+METRICS_FILE = run_dir.METRICS_FILE  # As agents/algorithms/ppo/trainer.py writes it.
+POLICY_DIR = run_dir.POLICY_DIR  # As agents/algorithms/ppo/policy_export.py exports to it.
+EVENTS_PATTERN = run_dir.EVENTS_PREFIX + '*'
 TRIALS_FILE = 'trials.jsonl'
 EVAL_TAG = 'eval/mean_return'
 TRAIN_RETURN_TAG = 'train/episode_return'
@@ -85,43 +92,93 @@ class Discovery:
     problems: list  # Sentences about unreadable sweep files.
 
 
+def is_run_file(name):
+    """Whether a file of this name makes its directory a run logdir."""
+    return (name in CONFIG_FILES or name == METRICS_FILE or
+            fnmatch.fnmatch(name, EVENTS_PATTERN))
+
+
 def is_run_dir(path, names=None):
     names = os.listdir(path) if names is None else names
-    return any(name in CONFIG_FILES or name == METRICS_FILE or
-               fnmatch.fnmatch(name, EVENTS_PATTERN) for name in names)
+    return any(is_run_file(name) for name in names)
+
+
+def _normalize(path):
+    """A directory as this module names it: absolute, or a URL without a trailing '/'."""
+    return path.rstrip('/') if run_dir.is_remote(path) else os.path.abspath(path)
 
 
 def run_id_of(logdir, root):
     """The run's name in the report: its path under the input directory."""
+    if run_dir.is_remote(root):
+        root, logdir = _normalize(root), _normalize(logdir)
+        return run_dir.basename(root) if logdir == root else logdir[len(root) + 1:]
     relative = os.path.relpath(logdir, root)
     return os.path.basename(os.path.abspath(root)) if relative == '.' else relative.replace(
         os.sep, '/')
 
 
+def _remote_tree(root):
+    """{directory URL: (subdirectory names, file names)} of everything under URL `root`, from
+    one listing (object stores have no directories: a directory is a prefix of some object)."""
+    tree = {root: (set(), [])}
+    for relative in run_dir.list_files(root):
+        *folders, name = relative.split('/')
+        parent = root
+        for folder in folders:
+            tree[parent][0].add(folder)
+            parent = run_dir.join(parent, folder)
+            tree.setdefault(parent, (set(), []))
+        tree[parent][1].append(name)
+    return tree
+
+
+def _walk(root, tree):
+    """`os.walk(root)` (top-down: callers prune `directories` in place), or the same over a
+    `_remote_tree` when `tree` is given."""
+    if tree is None:
+        yield from os.walk(root)
+        return
+    directories, names = tree[root]
+    directories = sorted(directories)
+    yield root, directories, sorted(names)
+    for name in directories:
+        yield from _walk(run_dir.join(root, name), tree)
+
+
 def find_runs(root, exclude=()):
     """Every run logdir under `root` (not looking inside runs, nor in hidden or `exclude` dirs).
 
+    `root` may be a URL: then logdirs are URLs, found in one listing of everything under it.
+
     Raises:
-      NotADirectoryError: `root` is not a directory.
+      NotADirectoryError: `root` is not a directory (or, for a URL, holds no files).
     """
-    if not os.path.isdir(root):
+    root = _normalize(root)
+    if run_dir.is_remote(root):
+        tree = _remote_tree(root)
+        exists = tree != {root: (set(), [])}
+    else:
+        tree, exists = None, os.path.isdir(root)
+    if not exists:
         raise NotADirectoryError(f'input {root} is not a directory')
-    root = os.path.abspath(root)
-    exclude = {os.path.abspath(path) for path in exclude}
+    exclude = {_normalize(path) for path in exclude}
+    join = run_dir.join if tree is not None else os.path.join
     logdirs, trial_files = [], []
-    for parent, directories, names in os.walk(root):
+    for parent, directories, names in _walk(root, tree):
         if TRIALS_FILE in names:
-            trial_files.append(os.path.join(parent, TRIALS_FILE))
-        if is_run_dir(parent, names):
+            trial_files.append(join(parent, TRIALS_FILE))
+        if any(is_run_file(name) for name in names):
             logdirs.append(parent)
             directories[:] = []
             continue
         directories[:] = sorted(
             name for name in directories if not name.startswith('.') and
-            os.path.join(parent, name) not in exclude)
+            join(parent, name) not in exclude)
+    is_directory = os.path.isdir if tree is None else tree.__contains__
     trials, problems = {}, []
     for path in trial_files:
-        found, file_problems = _read_trials(path)
+        found, file_problems = _read_trials(path, is_directory)
         trials.update(found)
         problems += file_problems
     runs = [(logdir, trials.pop(logdir, None)) for logdir in sorted(logdirs)]
@@ -137,9 +194,10 @@ def _trial_error_suffix(record):
     return f': {record["error"]}' if record.get('error') else ''
 
 
-def _read_trials(path):
+def _read_trials(path, is_directory=os.path.isdir):
     """{logdir: last record} of a sweep's trials.jsonl, and the lines that could not be read."""
-    base = os.path.dirname(path)
+    join = run_dir.join if run_dir.is_remote(path) else os.path.join
+    base = path.rsplit('/', 1)[0] if run_dir.is_remote(path) else os.path.dirname(path)
     trials, problems = {}, []
     for number, record, problem in _json_lines(path):
         if problem:
@@ -148,18 +206,23 @@ def _read_trials(path):
         if not isinstance(record, dict) or not isinstance(record.get('id'), str):
             problems.append(f'{path} line {number}: not a trial record with an "id"')
             continue
-        candidates = [os.path.join(base, 'trials', record['id']), os.path.join(base, record['id'])]
+        candidates = [join(base, 'trials', record['id']), join(base, record['id'])]
         if isinstance(record.get('logdir'), str):
-            candidates.insert(0, os.path.join(base, record['logdir']))
-        logdir = next((c for c in candidates if os.path.isdir(c)), candidates[0])
-        trials[os.path.abspath(logdir)] = record
+            candidates.insert(0, join(base, record['logdir']))
+        logdir = next((c for c in candidates if is_directory(c)), candidates[0])
+        trials[_normalize(logdir)] = record
     return trials, problems
 
 
 def _json_lines(path):
     """Yields (line number, parsed object or None, problem or None) of a JSON-lines file."""
-    with open(path, encoding='utf-8', errors='replace') as f:
-        for number, line in enumerate(f, 1):
+    if run_dir.is_remote(path):
+        lines = io.TextIOWrapper(io.BytesIO(run_dir.read_bytes(path)), encoding='utf-8',
+                                 errors='replace')
+    else:
+        lines = open(path, encoding='utf-8', errors='replace')
+    with lines:
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
@@ -319,8 +382,18 @@ def _damage(message):
     return ' '.join(message.split())
 
 
-def latest_policy(logdir):
-    """The latest exported policy's directory, or None."""
+def latest_policy(logdir, files=None):
+    """The latest exported policy's directory, or None.
+
+    For a URL `logdir` the policy is found in `files` (`run_dir.list_files(logdir)`, listed if
+    not given) and returned as a URL.
+    """
+    if run_dir.is_remote(logdir):
+        files = run_dir.list_files(logdir) if files is None else files
+        steps = sorted(int(parts[1]) for parts in (name.split('/') for name in files)
+                       if len(parts) == 3 and parts[0] == POLICY_DIR and parts[1].isdigit()
+                       and parts[2] == 'saved_model.pb')
+        return run_dir.join(logdir, POLICY_DIR, str(steps[-1])) if steps else None
     directory = os.path.join(logdir, POLICY_DIR)
     if not os.path.isdir(directory):
         return None
@@ -330,17 +403,35 @@ def latest_policy(logdir):
 
 
 def read_run(logdir, root, trial=None, ignore_bindings=(SEED_BINDING,)):
-    """Reads the run in `logdir` (`trial`: its sweep record); never raises for bad files."""
+    """Reads the run in `logdir` (`trial`: its sweep record); never raises for bad files.
+
+    A URL `logdir`'s files are read from a local copy of those this module reads.
+    """
+    if run_dir.is_remote(logdir):
+        run = Run(run_id_of(logdir, root), _normalize(logdir))
+        try:
+            files = run_dir.list_files(run.logdir)
+            with tempfile.TemporaryDirectory(prefix='run-') as copy:
+                for name in files:
+                    if '/' not in name and is_run_file(name):
+                        run_dir.download(run_dir.join(run.logdir, name),
+                                         os.path.join(copy, name))
+                _read_into(run, copy, trial, ignore_bindings)
+            run.policy_dir = latest_policy(run.logdir, files)
+        except Exception as error:  # Each storage library raises its own types.
+            run.error = run_dir.describe_error(run.logdir, error)
+        return run
     run = Run(run_id_of(logdir, root), os.path.abspath(logdir))
     try:
-        _read_into(run, trial, ignore_bindings)
+        _read_into(run, run.logdir, trial, ignore_bindings)
+        run.policy_dir = latest_policy(run.logdir)
     except OSError as error:
         run.error = f'cannot read {error.filename or logdir}: {error.strerror or error}'
     return run
 
 
-def _read_into(run, trial, ignore_bindings):
-    logdir = run.logdir
+def _read_into(run, logdir, trial, ignore_bindings):
+    """Reads the files of `run` in local directory `logdir` (its logdir or a copy)."""
     if trial is not None and trial.get('status') == 'failed':
         run.error = f'the sweep recorded this trial as failed{_trial_error_suffix(trial)}'
     config = next((os.path.join(logdir, name) for name in CONFIG_FILES
@@ -352,7 +443,7 @@ def _read_into(run, trial, ignore_bindings):
             except ValueError as error:
                 run.problems.append(f'{os.path.basename(config)} is not valid gin: {error}')
     else:
-        run.problems.append(f'no {run_config.OPERATIVE_CONFIG_FILE}: the configuration is '
+        run.problems.append(f'no {run_dir.OPERATIVE_CONFIG_FILE}: the configuration is '
                             'unknown' + (', taken from the sweep' if trial else ''))
     if not run.bindings and trial is not None:
         run.bindings = _trial_bindings(trial)
@@ -381,7 +472,6 @@ def _read_into(run, trial, ignore_bindings):
                      f'{"unusable" if os.path.isfile(metrics) else "missing"} and the event '
                      f'files hold no {EVAL_TAG}')
     _sort_curve(run)
-    run.policy_dir = latest_policy(logdir)
 
 
 def _sort_curve(run):

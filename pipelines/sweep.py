@@ -5,8 +5,10 @@ r"""Runs a hyperparameter sweep as an Apache Beam pipeline.
 The spec (see sweep_spec.py) expands into trials; a Reshuffle spreads them over the runner's
 workers, each trains one trial at a time with the trainer binary (trial.py), and the results are
 gathered into `trials.jsonl` and a ranked `summary.csv`. Flags this binary does not define go to
-Beam: by default the DirectRunner in multi-processing mode with one worker per core; any runner
-works, e.g. `--runner=DataflowRunner --project=... --region=... --temp_location=gs://...`.
+Beam: by default the DirectRunner's FnApiRunner in multi-processing mode with one worker per
+core; any runner works, e.g. `--runner=DataflowRunner --project=... --region=...
+--temp_location=gs://...` with `--output_dir=gs://...`, where each trial trains in and resumes
+from its directory in the bucket.
 
 Rerunning the same command resumes: trials whose result is `ok` are kept, failed and missing ones
 run again. An output directory that holds a different spec is refused.
@@ -32,8 +34,9 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
+from agents.runs import run_dir
 from agents.scripts import run_config
-from pipelines import storage, sweep_spec
+from pipelines import sweep_spec
 from pipelines import trial as trial_lib
 
 flags.DEFINE_string('spec', None, 'The sweep spec (YAML), e.g. configs/sweeps/pendulum.yaml; '
@@ -42,6 +45,11 @@ flags.DEFINE_string('output_dir', None, 'Where trials train (trials/<id>/) and t
                     'a local directory or, on a cluster, a bucket path such as gs://b/sweep.')
 flags.DEFINE_integer('threads_per_trial', 0, 'TensorFlow intra-op threads per trial; 0: the '
                      'cores divided among the local workers (TensorFlow decides on other runners).')
+
+flags.DEFINE_integer('pipeline_attempts', 3, 'Runs of the pipeline while it fails (e.g. a lost '
+                     'worker on a runner that does not retry bundles, as the local ones): each '
+                     'reruns only the unfinished trials, from their last checkpoints.',
+                     lower_bound=1)
 
 FLAGS = flags.FLAGS
 
@@ -61,9 +69,9 @@ def prepare_output_dir(output_dir, spec, spec_text):
     anything that changes what the trials are is refused, as is a non-empty directory that
     holds no sweep.
     """
-    copy = storage.join(output_dir, SPEC_COPY)
-    if storage.exists(copy):
-        stored_text = storage.read_text(copy)
+    copy = run_dir.join(output_dir, SPEC_COPY)
+    if run_dir.exists(copy):
+        stored_text = run_dir.read_text(copy)
         try:
             stored = sweep_spec.parse(stored_text, copy)
         except sweep_spec.SpecError as error:
@@ -75,12 +83,12 @@ def prepare_output_dir(output_dir, spec, spec_text):
             raise SweepError(f'output_dir {output_dir} holds a sweep of a different spec; use '
                              f'another --output_dir or the same spec. Difference:\n{diff}')
         if stored_text != spec_text:
-            storage.write_text(copy, spec_text)
-    elif not storage.is_empty_directory(output_dir):
+            run_dir.write_text(copy, spec_text)
+    elif not run_dir.is_empty_directory(output_dir):
         raise SweepError(f'output_dir {output_dir} is not empty and holds no {SPEC_COPY}: not a '
                          'sweep; choose another --output_dir')
     else:
-        storage.write_text(copy, spec_text)
+        run_dir.write_text(copy, spec_text)
 
 
 def _trials_content(spec):
@@ -157,9 +165,9 @@ def _format_seconds(seconds):
 def write_outputs(records, output_dir):
     """Writes trials.jsonl (in spec order) and summary.csv (ranked), each atomically."""
     records = sorted(records, key=lambda record: record['index'])
-    storage.write_text(storage.join(output_dir, TRIALS_FILE), ''.join(
+    run_dir.write_text(run_dir.join(output_dir, TRIALS_FILE), ''.join(
         json.dumps(record, allow_nan=False) + '\n' for record in records))
-    storage.write_text(storage.join(output_dir, SUMMARY_FILE), summary_csv(summarize(records)))
+    run_dir.write_text(run_dir.join(output_dir, SUMMARY_FILE), summary_csv(summarize(records)))
     return len(records)
 
 
@@ -265,6 +273,27 @@ def pipeline_options(beam_args):
     return options
 
 
+def default_runner(options):
+    """The DirectRunner's FnApiRunner for --runner=DirectRunner or none, else None (Beam picks).
+
+    Beam's DirectRunner would first try its Prism runner, which downloads a binary (failing
+    offline, after a delay): a different engine from the one tested and measured here.
+    """
+    if options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
+        return None
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    return fn_runner.FnApiRunner()
+
+
+def check_runner(options, output_dir):
+    """Refuses a local output_dir on a runner whose workers may be other machines."""
+    if local_workers(options) is None and not run_dir.is_remote(output_dir):
+        runner = options.view_as(StandardOptions).runner
+        if runner in ('DataflowRunner', 'dataflow'):
+            raise SweepError(f'--runner={runner} needs an --output_dir its workers can reach, '
+                             f'such as gs://BUCKET/sweep; got the local path {output_dir}')
+
+
 def local_workers(options):
     """Trials trained at once on this machine, or None when the runner is not local."""
     if options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
@@ -285,13 +314,17 @@ def main(argv):
         sweep_spec.check_gin(spec)
         with open(spec_path, encoding='utf-8') as f:
             spec_text = f.read()
-        output_dir = storage.resolve(FLAGS.output_dir)
+        output_dir = run_dir.resolve(FLAGS.output_dir)
         options = pipeline_options(argv[1:])
+        check_runner(options, output_dir)
         try:
+            run_dir.check_writable(output_dir)
             prepare_output_dir(output_dir, spec, spec_text)
         except OSError as error:
             raise SweepError(f'cannot write to output_dir {output_dir}: '
                              f'{error.strerror or error}') from None
+        except run_dir.StorageError as error:
+            raise SweepError(f'output_dir: {error}') from None
     except (sweep_spec.SpecError, SweepError) as error:
         sys.exit(f'sweep: error: {error}')
 
@@ -303,11 +336,7 @@ def main(argv):
         timeout_s=spec.timeout_s, caller_directory=run_config.caller_directory(),
         threads=threads)
     trials = spec.trials()
-    previous = {trial.id: trial_lib.read_result(output_dir, trial.id) for trial in trials}
-    completed = [record for record in previous.values()
-                 if record and record['status'] == trial_lib.OK]
-    pending = [trial for trial in trials
-               if not (previous[trial.id] and previous[trial.id]['status'] == trial_lib.OK)]
+    completed, pending = split_trials(output_dir, trials)
     logging.info('Sweep of %d trials (%d configurations x %d seeds) into %s: %d done earlier, '
                  '%d to train on %s%s.', len(trials), len(trials) // len(spec.seeds),
                  len(spec.seeds), output_dir, len(completed), len(pending),
@@ -319,21 +348,58 @@ def main(argv):
     # service; keep the first, with Beam's own chatter, at warnings.
     std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)
     started_at = time.time()
-    with beam.Pipeline(options=options) as pipeline:
-        build(pipeline, pending, completed, settings, [trial.id for trial in trials], started_at)
+    for attempt in range(1, FLAGS.pipeline_attempts + 1):
+        try:
+            with beam.Pipeline(runner=default_runner(options), options=options) as pipeline:
+                build(pipeline, pending, completed, settings, [trial.id for trial in trials],
+                      started_at)
+            break
+        except Exception as error:  # Runners raise their own types; Beam's message says why.
+            completed, pending = split_trials(output_dir, trials, started_at)
+            reason = _first_line(error)
+            if attempt == FLAGS.pipeline_attempts:
+                return (f'sweep: error: the pipeline failed ({reason}) {attempt} times; '
+                        f'{len(pending)} trials unfinished. Rerun the same command to resume '
+                        'them.')
+            logging.warning('The pipeline failed (%s); %d trials unfinished: running them '
+                            'again, each from its last checkpoint (attempt %d of %d).', reason,
+                            len(pending), attempt + 1, FLAGS.pipeline_attempts)
     return report(output_dir, time.time() - started_at)
+
+
+def split_trials(output_dir, trials, started_at=None):
+    """(the result records of trials done, the trials to train) from the stored results.
+
+    Done: `ok` trials and, with `started_at`, trials that failed since then (the pipeline of
+    this run already tried them); a rerun of the sweep retries failed trials.
+    """
+    completed, pending = [], []
+    for trial in trials:
+        record = trial_lib.read_result(output_dir, trial.id)
+        if record and (record['status'] == trial_lib.OK or (
+                started_at is not None and record.get('finished_at', 0) >= started_at)):
+            completed.append(record)
+        else:
+            pending.append(trial)
+    return completed, pending
+
+
+def _first_line(error):
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    text = f'{type(error).__name__}: {lines[0] if lines else ""}'
+    return text[:300]
 
 
 def report(output_dir, wall_time):
     """Logs the sweep's outcome; the exit status is 1 if a trial failed."""
-    records = [json.loads(line) for line in storage.read_text(
-        storage.join(output_dir, TRIALS_FILE)).splitlines() if line]
+    records = [json.loads(line) for line in run_dir.read_text(
+        run_dir.join(output_dir, TRIALS_FILE)).splitlines() if line]
     failed = [record for record in records if record['status'] != trial_lib.OK]
     rows = summarize(records)
     logging.info('Sweep done in %s: %d trials, %d ok, %d failed. Results: %s, %s.',
                  _format_seconds(wall_time), len(records), len(records) - len(failed),
-                 len(failed), storage.join(output_dir, TRIALS_FILE),
-                 storage.join(output_dir, SUMMARY_FILE))
+                 len(failed), run_dir.join(output_dir, TRIALS_FILE),
+                 run_dir.join(output_dir, SUMMARY_FILE))
     for row in rows[:3]:
         if row['mean_final_return'] is not None:
             logging.info('#%d %s %s: final return %.1f +- %.1f over %d seeds', row['rank'],
@@ -355,6 +421,15 @@ def _parse_flags(argv):
         sys.exit(f'sweep: error: {error}\nPass --helpshort to see the flags.')
 
 
-if __name__ == '__main__':
+def run():
+    """The console script's entry point."""
+    # `--helpshort` lists the flags of the program's own file, not this module's, when the
+    # program is a console script.
+    for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     flags.mark_flags_as_required(['spec', 'output_dir'])
     app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == '__main__':
+    run()

@@ -14,8 +14,10 @@ from unittest import mock
 from absl.testing import absltest
 from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, WorkerOptions
 
+from agents.runs import gcs_testing
 from agents.scripts import run_config, testing_utils
 from pipelines import sweep, sweep_spec, trial
+from pipelines.portable_testing import PortableCluster
 from pipelines.process_testing import lock_is_free, wait_for
 
 ROOT = run_config.PACKAGE_ROOT
@@ -232,60 +234,81 @@ class SweepTest(absltest.TestCase):
         self.assertEqual(testing_utils.snapshot(output_dir), before)
 
 
+class ObjectStorageTest(absltest.TestCase):
+    """gs:// output directories: refusals in one line before any trial starts, nothing written."""
+
+    def setUp(self):
+        super().setUp()
+        self.cwd = self.create_tempdir().full_path
+        write_spec(self.cwd, 'grid: {PPO.learning_rate: [0.001]}\n')
+
+    def sweep(self, output_dir, env):
+        return subprocess.run(sweep_command('--spec=spec.yaml', f'--output_dir={output_dir}'),
+                              env=env, cwd=self.cwd, capture_output=True, text=True,
+                              timeout=300, check=False)
+
+    def assert_refused(self, result, *expected):
+        self.assertEqual(result.returncode, 1, result.stderr)
+        error = result.stderr.strip().splitlines()[-1]
+        self.assertStartsWith(error, 'sweep: error: ')
+        for text in expected:
+            self.assertIn(text, error)
+        self.assertNotIn('Traceback', result.stderr)
+        self.assertEqual(os.listdir(self.cwd), ['spec.yaml'])  # No local gs: directory.
+
+    def test_unknown_bucket(self):
+        with gcs_testing.GcsEmulator(buckets=('sweeps',),
+                                     log_dir=self.create_tempdir().full_path) as emulator:
+            result = self.sweep('gs://missing/sweep', emulator.environment(environment(
+                self.cwd)))
+            self.assert_refused(result, 'bucket missing', 'does not exist')
+            self.assertEqual(emulator.objects('sweeps'), {})
+
+    def test_permission_denied_and_no_credentials(self):
+        for status, expected in ((403, 'permission denied on gs://sweeps/sweep'),
+                                 (401, 'no credentials to access gs://sweeps/sweep')):
+            with gcs_testing.RefusingGcsServer(status) as server:
+                result = self.sweep('gs://sweeps/sweep', server.environment(environment(
+                    self.cwd)))
+                self.assert_refused(result, expected)
+
+    def test_without_the_gcp_extra(self):
+        hidden = self.create_tempdir().full_path
+        result = self.sweep('gs://sweeps/sweep', gcs_testing.without_gcp_extra(
+            hidden, environment(self.cwd)))
+        self.assert_refused(result, "pip install 'apache-beam[gcp]'")
+
+    def test_dataflow_needs_a_bucket(self):
+        result = subprocess.run(sweep_command(
+            '--spec=spec.yaml', '--output_dir=out', '--runner=DataflowRunner',
+            '--project=p', '--region=r', '--temp_location=gs://b/tmp'),
+            env=environment(self.cwd), cwd=self.cwd, capture_output=True, text=True,
+            timeout=300, check=False)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn('sweep: error: --runner=DataflowRunner needs an --output_dir its workers '
+                      'can reach, such as gs://BUCKET/sweep', result.stderr)
+
+
 class PortableRunnerTest(absltest.TestCase):
     """The sweep through Beam's portable runner: a job service and a pool of worker processes,
     started here on localhost as a cluster would run them."""
 
-    def start(self, name, command, env=None):
-        log_path = os.path.join(self.dir, f'{name}.log')
-        log = open(log_path, 'w')  # Closed at cleanup.
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env=env or dict(os.environ, PYTHONPATH=ROOT),
-                                   start_new_session=True)
-
-        def stop():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            log.close()
-        self.addCleanup(stop)
-        return process, log_path
-
     def test_sweep_on_the_portable_runner(self):
         self.dir = self.create_tempdir().full_path
-        port_file = os.path.join(self.dir, 'job.port')
-        job_service, job_log = self.start('job_service', [
-            sys.executable, '-m', 'apache_beam.runners.portability.local_job_service_main',
-            '--port=0', f'--port_file={port_file}'])
-        # The pool starts each worker as `python` from PATH: make that this interpreter.
-        pool_env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.pathsep.join(
-            [os.path.dirname(sys.executable), os.environ.get('PATH', '')]))
-        pool, pool_log = self.start('worker_pool', [
-            sys.executable, '-m', 'apache_beam.runners.worker.worker_pool_main',
-            '--service_port=0'], pool_env)
-
-        def pool_port():
-            with open(pool_log) as f:
-                match = re.search(r'worker pool servicer at port: \S*:(\d+)', f.read())
-            return match and match.group(1)
-
-        wait_for(lambda: os.path.exists(port_file) or job_service.poll() is not None, 60,
-                 'the job service')
-        wait_for(lambda: pool_port() or pool.poll() is not None, 60, 'the worker pool')
-        self.assertIsNone(job_service.poll(), 'the job service exited')
-        self.assertIsNone(pool.poll(), 'the worker pool exited')
-        with open(port_file) as f:
-            job_port = f.read().strip()
-
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        cluster = self.enter_context(PortableCluster(self.dir, env=env))
         write_spec(self.dir, 'grid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n')
-        sweep_process, sweep_log = self.start('sweep', sweep_command(
-            '--spec=spec.yaml', '--output_dir=out', '--runner=PortableRunner',
-            f'--job_endpoint=localhost:{job_port}', '--environment_type=EXTERNAL',
-            f'--environment_config=localhost:{pool_port()}', '--threads_per_trial=1'),
-            environment(self.dir))
+        with open(os.path.join(self.dir, 'sweep.log'), 'w') as log:
+            sweep_process = subprocess.Popen(
+                sweep_command('--spec=spec.yaml', '--output_dir=out', *cluster.pipeline_args(),
+                              '--threads_per_trial=1'),
+                stdout=log, stderr=subprocess.STDOUT, env=environment(self.dir),
+                start_new_session=True)
+        self.addCleanup(lambda: sweep_process.poll() is None and os.killpg(
+            sweep_process.pid, signal.SIGKILL))
         returncode = sweep_process.wait(timeout=900)
-        with open(sweep_log) as f, open(job_log) as g:
-            self.assertEqual(returncode, 0, f'{f.read()[-4000:]}\njob service:\n{g.read()[-4000:]}')
+        with open(os.path.join(self.dir, 'sweep.log')) as f:
+            self.assertEqual(returncode, 0, f'{f.read()[-4000:]}\n{cluster.logs()}')
         output_dir = os.path.join(self.dir, 'out')
         records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
         self.assertLen(records, 2)
@@ -296,8 +319,9 @@ class PortableRunnerTest(absltest.TestCase):
         # The trials ran in worker processes the pool started, not in the sweep's process or
         # the job service, and logged their progress there.
         workers = {int(record['worker'].rsplit('/', 1)[1]) for record in records}
-        self.assertEmpty(workers & {sweep_process.pid, job_service.pid, pool.pid})
-        with open(pool_log) as f:
+        self.assertEmpty(workers & {sweep_process.pid, cluster.job_service.pid,
+                                    cluster.pool.pid})
+        with open(cluster.pool_log) as f:
             log = f.read()
         self.assertIn('Starting worker with command', log)
         for record in records:
@@ -368,6 +392,30 @@ class OutputsTest(absltest.TestCase):
                          '1/4 trials done, 0 failed, ETA ?')
 
 
+class SplitTrialsTest(absltest.TestCase):
+
+    def test_done_trials_and_trials_to_train(self):
+        output_dir = self.create_tempdir().full_path
+        spec = sweep_spec.parse(TINY + 'grid: {PPO.learning_rate: [1.0, 2.0, 3.0, 4.0]}\n', 's')
+        trials = spec.trials()
+        stored = {trials[0].id: ('ok', 50.0), trials[1].id: ('failed', 50.0),
+                  trials[2].id: ('failed', 150.0)}  # trials[3] has no result.
+        for trial_id, (status, finished_at) in stored.items():
+            path = os.path.join(output_dir, 'trials', trial_id, 'result.json')
+            os.makedirs(os.path.dirname(path))
+            with open(path, 'w') as f:
+                json.dump({'id': trial_id, 'status': status, 'finished_at': finished_at}, f)
+        # A new run of the sweep retrains every trial that is not ok.
+        done, pending = sweep.split_trials(output_dir, trials)
+        self.assertEqual([r['id'] for r in done], [trials[0].id])
+        self.assertEqual(pending, trials[1:])
+        # A pipeline rerun within a run that started at 100 retrains only the unfinished ones:
+        # a trial that failed since then already had its try.
+        done, pending = sweep.split_trials(output_dir, trials, started_at=100.0)
+        self.assertEqual([r['id'] for r in done], [trials[0].id, trials[2].id])
+        self.assertEqual(pending, [trials[1], trials[3]])
+
+
 class OutputDirTest(absltest.TestCase):
 
     def setUp(self):
@@ -423,6 +471,15 @@ class OptionsTest(absltest.TestCase):
         self.assertEqual(direct.direct_num_workers, os.cpu_count())
         self.assertEqual(sweep.local_workers(options), os.cpu_count())
         self.assertEqual(options.view_as(WorkerOptions).default_sdk_harness_log_level, 'WARNING')
+
+    def test_local_runs_use_the_fn_api_runner(self):
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+        self.assertIsInstance(sweep.default_runner(sweep.pipeline_options([])),
+                              fn_runner.FnApiRunner)
+        self.assertIsInstance(sweep.default_runner(sweep.pipeline_options(
+            ['--runner=DirectRunner'])), fn_runner.FnApiRunner)
+        self.assertIsNone(sweep.default_runner(sweep.pipeline_options(
+            ['--runner=PortableRunner', '--job_endpoint=localhost:1'])))
 
     def test_given_options_win(self):
         options = sweep.pipeline_options(['--direct_num_workers=3',

@@ -9,8 +9,13 @@ logdir keeps two sweeps from training the same trial at once.
 The result record comes from the logdir's `metrics.jsonl`; it is written to
 `<output_dir>/trials/<id>/result.json` (atomically) as soon as the trial ends, with the
 trainer's output in `train.log` beside it, so a sweep killed later loses no finished trial.
-Remote output directories (gs://...) get the logdir uploaded after the trial, which trains in a
-local temporary directory.
+
+In a bucket (`gs://...`), the trainer's logdir is the trial's directory itself: the trainer
+uploads its checkpoints, metrics and summaries at every evaluation and holds the directory's
+lease (agents/runs/lease.py), and this process uploads the tail of `train.log` every
+`LOG_UPLOAD_S` seconds. A trial whose worker died resumes, on whichever worker runs it again,
+from its last checkpoint in the bucket. `result.json` is the commit marker: an earlier attempt's
+is removed before training and the new one is written last, after every other file.
 """
 
 import contextlib
@@ -19,22 +24,23 @@ import fcntl
 import json
 import math
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
+from agents.runs import run_dir
 from agents.scripts import run_config
-from pipelines import storage
 
 TRAINER_MODULE = 'agents.scripts.train'
 TRIALS_DIR = 'trials'
-RESULT_FILE = 'result.json'
-LOG_FILE = 'train.log'
-METRICS_FILE = 'metrics.jsonl'
+RESULT_FILE = run_dir.RESULT_FILE
+LOG_FILE = run_dir.LOG_FILE
+METRICS_FILE = run_dir.METRICS_FILE
+LOG_UPLOAD_S = 10.0  # How often a trial in a bucket uploads its train.log.
 ERROR_TAIL_LINES = 15
 ERROR_TAIL_CHARS = 3000
 OK, FAILED = 'ok', 'failed'
@@ -53,14 +59,14 @@ class Settings:
 
 
 def trial_dir(output_dir, trial_id):
-    return storage.join(output_dir, TRIALS_DIR, trial_id)
+    return run_dir.join(output_dir, TRIALS_DIR, trial_id)
 
 
 def read_result(output_dir, trial_id):
     """The stored result record of a trial, or None if it has none (or a corrupt one)."""
-    path = storage.join(trial_dir(output_dir, trial_id), RESULT_FILE)
+    path = run_dir.join(trial_dir(output_dir, trial_id), RESULT_FILE)
     try:
-        return json.loads(storage.read_text(path))
+        return json.loads(run_dir.read_text(path))
     except (OSError, ValueError):
         return None
 
@@ -70,32 +76,94 @@ def run(trial, settings):
 
     Failures of the trial are results (`status: failed` with the error), not exceptions.
     """
-    destination = trial_dir(settings.output_dir, trial.id)
-    local = storage.is_local(settings.output_dir)
-    logdir = destination if local else tempfile.mkdtemp(prefix=f'sweep-{trial.id}-')
-    with contextlib.ExitStack() as stack:
-        if local:
-            os.makedirs(logdir, exist_ok=True)
-            lock = _lock(logdir)
-            if lock is None:
-                return _record(trial, FAILED, 0.0, error=f'trial {trial.id} is being trained by '
-                               f'another process (its logdir {logdir} is locked)')
-            stack.callback(os.close, lock)
-            _remove_previous_attempt(logdir)
-        else:
-            stack.callback(shutil.rmtree, logdir, ignore_errors=True)
-            lock = None
+    logdir = trial_dir(settings.output_dir, trial.id)
+    if run_dir.is_remote(logdir):
+        return _run_in_bucket(trial, settings, logdir)
+    os.makedirs(logdir, exist_ok=True)
+    lock = _lock(logdir)
+    if lock is None:
+        return _record(trial, FAILED, 0.0, error=f'trial {trial.id} is being trained by '
+                       f'another process (its logdir {logdir} is locked)')
+    try:
+        _remove_previous_attempt(logdir)
         began = time.time()
         returncode, output, timed_out = _train(trial, settings, logdir, lock)
         wall_time = time.time() - began
         record = _result(trial, settings, logdir, returncode, output, timed_out, wall_time)
         with open(os.path.join(logdir, LOG_FILE), 'a', encoding='utf-8') as log:
-            log.write(f'=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {record["status"]} after '
-                      f'{wall_time:.1f} s ===\n{output}\n')
+            log.write(_log_entry(record, wall_time, output))
         run_config.write_atomic(os.path.join(logdir, RESULT_FILE), json.dumps(record) + '\n')
-        if not local:
-            storage.upload_tree(logdir, destination)
         return record
+    finally:
+        os.close(lock)
+
+
+def _run_in_bucket(trial, settings, logdir):
+    """`run` for a trial directory in a bucket, which the trainer uses as its logdir."""
+    log_path = run_dir.join(logdir, LOG_FILE)
+    try:
+        earlier_log = run_dir.read_text(log_path)
+    except FileNotFoundError:
+        earlier_log = ''
+    run_dir.delete([run_dir.join(logdir, RESULT_FILE)])  # An earlier attempt's commit marker.
+    began = time.time()
+    with _LogUploader(log_path, earlier_log) as log:
+        returncode, output, timed_out = _train(trial, settings, logdir, None, log.update)
+        wall_time = time.time() - began
+        record = _result(trial, settings, logdir, returncode, output, timed_out, wall_time)
+        log.finish(_log_entry(record, wall_time, output))
+    run_dir.write_text(run_dir.join(logdir, RESULT_FILE), json.dumps(record) + '\n')
+    return record
+
+
+class _LogUploader:
+    """Keeps `<trial>/train.log` in the bucket up to date: the earlier attempts' log, then the
+    running trainer's output, uploaded at most every LOG_UPLOAD_S seconds by a thread."""
+
+    def __init__(self, path, earlier):
+        self._path = path
+        self._earlier = earlier
+        self._output = None
+        self._uploaded = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name='log-upload', daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *unused_exc_info):
+        self._stop.set()
+        self._thread.join()
+
+    def update(self, output):
+        with self._lock:
+            self._output = output
+
+    def _loop(self):
+        while not self._stop.wait(LOG_UPLOAD_S):
+            with self._lock:
+                text = self._output
+            if text is not None and text != self._uploaded:
+                with contextlib.suppress(Exception):  # The next upload or `finish` retries.
+                    run_dir.write_text(self._path, self._earlier + _attempt_header() + text)
+                    self._uploaded = text
+
+    def finish(self, entry):
+        """Stops the uploads and writes the attempt's whole log entry."""
+        self._stop.set()
+        self._thread.join()
+        run_dir.write_text(self._path, self._earlier + entry)
+
+
+def _attempt_header():
+    return f'=== {socket.gethostname()}/{os.getpid()}: attempt running ===\n'
+
+
+def _log_entry(record, wall_time, output):
+    return (f'=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {record["status"]} after '
+            f'{wall_time:.1f} s ===\n{output}\n')
 
 
 def trainer_command(trial, settings, logdir):
@@ -116,25 +184,44 @@ def trainer_environment(settings):
     return env
 
 
-def _train(trial, settings, logdir, lock):
-    """Runs the trainer; returns (returncode, its output, whether it timed out)."""
-    with tempfile.TemporaryFile() as output:
+def _train(trial, settings, logdir, lock, on_output=None):
+    """Runs the trainer; returns (returncode, its output, whether it timed out).
+
+    `on_output`, if given, gets the output so far every second while the trainer runs.
+    """
+    # Appended to by the trainer (O_APPEND), read through its own descriptor meanwhile.
+    with tempfile.NamedTemporaryFile(mode='ab', prefix='trial-output-') as output:
         process = subprocess.Popen(
             _supervised(trainer_command(trial, settings, logdir)), stdout=output,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=trainer_environment(settings), start_new_session=True,
             pass_fds=(lock,) if lock is not None else ())
         timed_out = False
+        deadline = None if settings.timeout_s is None else time.time() + settings.timeout_s
         try:
-            process.wait(timeout=settings.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while True:
+                wait = 1.0 if on_output else None
+                if deadline is not None:
+                    wait = max(0.0, min(wait or math.inf, deadline - time.time()))
+                try:
+                    process.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.time() >= deadline:
+                        timed_out = True
+                        break
+                    if on_output:
+                        on_output(_read_all(output.name))
         finally:
             # Also reaps what the trainer started (environment workers) if it died first.
             _kill_group(process.pid)
             process.wait()
-        output.seek(0)
-        return process.returncode, output.read().decode('utf-8', errors='replace'), timed_out
+        return process.returncode, _read_all(output.name), timed_out
+
+
+def _read_all(path):
+    with open(path, 'rb') as f:
+        return f.read().decode('utf-8', errors='replace')
 
 
 def _result(trial, settings, logdir, returncode, output, timed_out, wall_time):
@@ -168,14 +255,14 @@ def read_metrics(logdir):
     """The evaluations in a logdir's metrics.jsonl (a line cut by a kill is skipped)."""
     evaluations = []
     try:
-        with open(os.path.join(logdir, METRICS_FILE), encoding='utf-8') as f:
-            for line in f:
-                try:
-                    evaluations.append(json.loads(line))
-                except ValueError:
-                    continue
+        text = run_dir.read_text(run_dir.join(logdir, METRICS_FILE))
     except FileNotFoundError:
-        pass
+        return evaluations
+    for line in text.splitlines():
+        try:
+            evaluations.append(json.loads(line))
+        except ValueError:
+            continue
     return evaluations
 
 

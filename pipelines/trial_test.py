@@ -12,11 +12,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from unittest import mock
 
 from absl.testing import absltest
 
-from pipelines import storage, sweep_spec, trial
+from agents.runs import gcs_testing, run_dir
+from pipelines import sweep_spec, trial
 from pipelines.process_testing import lock_is_free, process_gone, wait_for
 
 FAKE_TRAINER = '''
@@ -27,6 +29,16 @@ flags = dict(arg[2:].split('=', 1) for arg in args if '=' in arg)
 bindings = [arg.split('=', 1)[1] for arg in args if arg.startswith('--gin_bindings=')]
 mode = next(b.split('=', 1)[1].strip().strip("'") for b in bindings if b.startswith('fake.mode'))
 logdir = flags['logdir']
+if logdir.startswith('gs://'):  # A trial in a bucket: the files go there.
+    from agents.runs import run_dir
+    print('training', flush=True)
+    time.sleep(3 if mode == 'slow' else 0)
+    run_dir.write_text(logdir + '/config.gin', '\\n'.join(bindings))
+    run_dir.write_text(logdir + '/seen.json', json.dumps({'argv': args, 'ended': time.time()}))
+    run_dir.write_text(logdir + '/metrics.jsonl', ''.join(
+        json.dumps({'step': step, 'mean_return': value}) + '\\n'
+        for step, value in ((1024, -900.0), (2048, -950.0))))
+    sys.exit(0)
 if mode == 'strict' and os.listdir(logdir):
     sys.exit(f'train: error: logdir {logdir} is not empty and holds no config.gin')
 os.makedirs(logdir, exist_ok=True)
@@ -213,20 +225,41 @@ class TrialTest(absltest.TestCase):
         record = trial.run(make_trial('ok'), self.settings)
         self.assertEqual(record['status'], 'ok', record.get('error'))
 
-    def test_remote_output_dir_gets_the_logdir_uploaded(self):
-        with mock.patch.object(storage, 'is_local', return_value=False):
-            record = trial.run(make_trial('ok'), self.settings)
-        self.assertEqual(record['status'], 'ok')
-        for name in ('metrics.jsonl', 'config.gin', 'result.json', 'train.log'):
-            self.assertTrue(os.path.isfile(os.path.join(self.logdir(), name)), name)
-        self.assertEqual(trial.read_result(self.output_dir, record['id']), record)
-        trained_in = self.seen()['argv'][-2].removeprefix('--logdir=')
-        self.assertNotEqual(trained_in, self.logdir())
-        self.assertFalse(os.path.exists(trained_in))  # The local copy is gone.
+    def test_a_trial_in_a_bucket_trains_there_and_commits_its_result_last(self):
+        with gcs_testing.GcsEmulator(buckets=('sweeps',)) as emulator, \
+                mock.patch.object(trial, 'LOG_UPLOAD_S', 0.5):
+            settings = dataclasses.replace(self.settings, output_dir='gs://sweeps/sweep')
+            logdir = 'gs://sweeps/sweep/trials/abcd1234-seed3'
+            # An earlier attempt that failed: its log stays, its result goes.
+            run_dir.write_text(f'{logdir}/train.log', 'earlier attempt\n')
+            run_dir.write_text(f'{logdir}/result.json', '{"status": "failed"}\n')
+            writes = []
+            write_text = run_dir.write_text
+
+            def recording(path, text):
+                writes.append((path.rsplit('/', 1)[1], time.time(), text))
+                return write_text(path, text)
+
+            with mock.patch.object(run_dir, 'write_text', recording):
+                record = trial.run(make_trial('slow'), settings)
+            self.assertEqual(record['status'], 'ok', record['error'])
+            self.assertEqual((record['final_return'], record['env_steps']), (-950.0, 2048))
+            stored = emulator.objects('sweeps', 'sweep/trials/abcd1234-seed3/')
+            seen = json.loads(stored['sweep/trials/abcd1234-seed3/seen.json'])
+            self.assertIn(f'--logdir={logdir}', seen['argv'])  # The trainer's logdir is the bucket.
+            self.assertEqual(json.loads(stored['sweep/trials/abcd1234-seed3/result.json']), record)
+            log = stored['sweep/trials/abcd1234-seed3/train.log'].decode()
+            self.assertStartsWith(log, 'earlier attempt\n')
+            self.assertIn('training', log)
+            # The log reached the bucket while the trainer ran; the result came last.
+            self.assertTrue(any(name == 'train.log' and at < seen['ended'] and 'training' in text
+                                for name, at, text in writes), writes)
+            self.assertEqual(writes[-1][0], 'result.json')
+            self.assertNotIn('result.json', [name for name, _, _ in writes[:-1]])
 
     def test_read_result_of_a_missing_or_corrupt_file(self):
         self.assertIsNone(trial.read_result(self.output_dir, 'nope-seed0'))
-        storage.write_text(os.path.join(self.logdir(), 'result.json'), '{"status": "o')
+        run_dir.write_text(os.path.join(self.logdir(), 'result.json'), '{"status": "o')
         self.assertIsNone(trial.read_result(self.output_dir, 'abcd1234-seed3'))
 
     def test_read_metrics_skips_a_cut_line(self):

@@ -2,8 +2,9 @@
 
 Each row of the table there is one test: its command runs as a subprocess in a fresh directory
 with fixtures for the placeholders; it must exit non-zero with the row's message in its output
-and leave every fixture and the directory as they were. The table is parsed from the document,
-so the document cannot drift from the behaviour.
+and leave every fixture and the directory as they were. gs:// paths reach a real GCS API server
+on loopback (fake-gcs-server) holding the bucket `{bucket}`, which must stay empty. The table is
+parsed from the document, so the document cannot drift from the behaviour.
 """
 
 import os
@@ -14,6 +15,7 @@ import sys
 from absl.testing import absltest, parameterized
 
 from agents.reliability import harness
+from agents.runs import gcs_testing
 from agents.scripts import run_config, testing_utils
 
 CATALOGUE = os.path.join(harness.ROOT, 'docs', 'errors.md')
@@ -25,6 +27,7 @@ MODULES = {
 }
 HEADER = '| id | mistake | command | message |'
 MINIMUM_ROWS = 20
+BUCKET = 'runs'  # An empty bucket on the test's GCS API server; other buckets do not exist.
 
 
 def read_catalogue(path=CATALOGUE):
@@ -65,6 +68,18 @@ class CatalogueTest(absltest.TestCase):
 
 class BadInputTest(parameterized.TestCase):
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.emulator = gcs_testing.GcsEmulator(buckets=(BUCKET,),
+                                               log_dir=absltest.TEST_TMPDIR.value)
+        cls.emulator.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.emulator.__exit__(None, None, None)
+        super().tearDownClass()
+
     def setUp(self):
         super().setUp()
         self.cwd = self.create_tempdir('cwd').full_path
@@ -90,6 +105,7 @@ class BadInputTest(parameterized.TestCase):
             'file': self.file, 'foreign': self.foreign, 'run': self.run_dir,
             'other_run': self.other_run, 'locked': self.locked, 'holder': str(os.getpid()),
             'missing': os.path.join(fixtures.full_path, 'missing'), 'testdata': TESTDATA,
+            'bucket': BUCKET,
         }
 
     def fill(self, text):
@@ -104,7 +120,8 @@ class BadInputTest(parameterized.TestCase):
         result = subprocess.run(
             [sys.executable, '-m', MODULES[tool], *args], capture_output=True, text=True,
             timeout=300, cwd=self.cwd, stdin=subprocess.DEVNULL,
-            env=harness.environment(BUILD_WORKING_DIRECTORY=self.cwd), check=False)
+            env=self.emulator.environment(harness.environment(BUILD_WORKING_DIRECTORY=self.cwd)),
+            check=False)
         output = result.stdout + result.stderr
         self.assertNotEqual(result.returncode, 0, output[-3000:])
         message = self.fill(row['message'])
@@ -115,6 +132,7 @@ class BadInputTest(parameterized.TestCase):
         for name, content in before.items():
             self.assertEqual(after[name], content, f'{name} changed')
         self.assertEqual(os.listdir(self.cwd), [], 'the command left files behind')
+        self.assertEqual(self.emulator.objects(BUCKET), {}, 'the command wrote to the bucket')
 
 
 if __name__ == '__main__':

@@ -5,7 +5,9 @@ e.g. <logdir>/policy/<step>) or of a run's checkpoint (--logdir, optionally --ch
 prints their statistics as JSON (mean, std, min, max of the returns and lengths), also written
 to --output if given. The environment is the one the policy was trained in (with the run's
 wrappers), or --env_id with the same wrappers, whose spaces must then fit the policy. Episode
-`i` starts from seed `--seed + i`, as in `//agents:visualize`.
+`i` starts from seed `--seed + i`, as in `//agents:visualize`. --policy, --logdir and --output
+may be bucket URLs (gs://...): the policy or the run's checkpoints are read from a local copy,
+the output is uploaded.
 """
 
 import json
@@ -15,6 +17,7 @@ import sys
 from absl import app, flags, logging
 
 from agents.algorithms.ppo import policy_export, restore
+from agents.runs import remote_logdir, run_dir
 from agents.scripts import log_noise, run_config
 from agents.tools import evaluation
 
@@ -30,6 +33,15 @@ flags.DEFINE_string('output', None, 'File to write the metrics JSON to (also pri
 FLAGS = flags.FLAGS
 
 
+def local_output(copies, output):
+    """Where to write `output`: itself, or for a URL a local file that `copies` uploads."""
+    if not run_dir.is_remote(output):
+        return output
+    directory, name = output.rsplit('/', 1)
+    run_dir.check_writable(directory)
+    return os.path.join(copies.output(directory), name)
+
+
 def check_output(path):
     if os.path.isdir(path):
         raise run_config.ConfigError(f'output {path} is a directory')
@@ -39,7 +51,7 @@ def check_output(path):
                                      'directory')
 
 
-def load_policy():
+def load_policy(copies):
     """The policy, the environment it runs in, and what describes the policy in the metrics."""
     if bool(FLAGS.policy) == bool(FLAGS.logdir):
         raise run_config.ConfigError('give exactly one of --policy and --logdir')
@@ -48,7 +60,7 @@ def load_policy():
             raise run_config.ConfigError('--checkpoint goes with --logdir, not --policy')
         directory = run_config.resolve_path(FLAGS.policy)
         try:
-            policy = policy_export.SavedPolicy(directory)
+            policy = policy_export.SavedPolicy(copies.input(directory))
         except policy_export.PolicyLoadError as error:
             raise run_config.ConfigError(str(error)) from error
         if not policy.config:
@@ -58,12 +70,14 @@ def load_policy():
         spaces = policy.observation_space, policy.action_space
         source = {'policy': directory, 'step': policy.step}
     else:
-        run = restore.restore_agent(run_config.resolve_path(FLAGS.logdir), FLAGS.checkpoint)
+        logdir = run_config.resolve_path(FLAGS.logdir)
+        run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
+                                    FLAGS.checkpoint)
         policy = restore.AgentPolicy(run.agent)
         environment = run.environment
         spaces = run.observation_space, run.action_space
-        source = {'logdir': run_config.resolve_path(FLAGS.logdir),
-                  'checkpoint': run.checkpoint, 'step': run.step}
+        source = {'logdir': logdir, 'checkpoint': copies.named(run.checkpoint),
+                  'step': run.step}
     env = environment.make(FLAGS.env_id)
     try:
         evaluation.check_spaces(env, *spaces)
@@ -77,16 +91,24 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     log_noise.quiet()
+    with remote_logdir.LocalCopies() as copies:
+        evaluate_policy(copies)
+
+
+def evaluate_policy(copies):
+    """Runs the episodes and writes their metrics; remote inputs and outputs go through
+    `copies`."""
     try:
         if FLAGS.num_episodes < 1:
             raise run_config.ConfigError(
                 f'--num_episodes must be positive, got {FLAGS.num_episodes}')
         output = run_config.resolve_path(FLAGS.output) if FLAGS.output else None
         if output:
+            output = local_output(copies, output)
             check_output(output)
-        policy, env, source = load_policy()
-    except run_config.ConfigError as error:
-        sys.exit(f'evaluate: error: {error}')
+        policy, env, source = load_policy(copies)
+    except (run_config.ConfigError, run_dir.StorageError) as error:
+        sys.exit(f'evaluate: error: {copies.named(error)}')
     try:
         episodes = []
         for episode in evaluation.iterate_episodes(env, policy, FLAGS.num_episodes, FLAGS.seed):
@@ -99,8 +121,21 @@ def main(argv):
     text = json.dumps(metrics, indent=2) + '\n'
     if output:
         run_config.write_atomic(output, text)
+        try:
+            copies.upload()
+        except run_dir.StorageError as error:
+            sys.exit(f'evaluate: error: {error}')
     sys.stdout.write(text)
 
 
-if __name__ == '__main__':
+def run():
+    """The console script's entry point."""
+    # `--helpshort` lists the flags of the program's own file, not this module's, when the
+    # program is a console script.
+    for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     app.run(main)
+
+
+if __name__ == '__main__':
+    run()

@@ -7,7 +7,14 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, flagsaver
 
+from agents.runs import gcs_testing, run_dir
 from agents.scripts import evaluate, testing_utils
+
+
+def run_with_bucket(emulator, tmpdir, *args):
+    """Runs the evaluate binary against `emulator`, with temporary directory `tmpdir`."""
+    return testing_utils.run_script('evaluate', *args, env=emulator.environment(
+        dict(os.environ, TMPDIR=tmpdir)))
 
 
 class EvaluateTest(absltest.TestCase):
@@ -103,6 +110,46 @@ class EvaluateTest(absltest.TestCase):
         self.assertIn('evaluate: error: environment MountainCarContinuous-v0 has observation '
                       'space', result.stderr)
         self.assertEqual(result.stdout, '')
+
+    def test_policy_and_run_in_a_bucket(self):
+        emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+        tmpdir = self.create_tempdir().full_path
+        run_dir.upload_tree(self.logdir, 'gs://runs/run')
+        by_policy = run_with_bucket(emulator, tmpdir, '--policy=gs://runs/run/policy/512',
+                                    '--num_episodes=2', '--seed=3',
+                                    '--output=gs://runs/eval/metrics.json')
+        self.assertEqual(by_policy.returncode, 0, by_policy.stderr[-3000:])
+        metrics = json.loads(emulator.objects('runs', 'eval/')['eval/metrics.json'])
+        self.assertEqual(json.loads(by_policy.stdout), metrics)
+        self.assertEqual((metrics['policy'], metrics['step'], metrics['num_episodes']),
+                         ('gs://runs/run/policy/512', 512, 2))
+        by_checkpoint = run_with_bucket(emulator, tmpdir, '--logdir=gs://runs/run',
+                                        '--num_episodes=2', '--seed=3')
+        self.assertEqual(by_checkpoint.returncode, 0, by_checkpoint.stderr[-3000:])
+        from_run = json.loads(by_checkpoint.stdout)
+        self.assertEqual((from_run['logdir'], from_run['checkpoint'], from_run['step']),
+                         ('gs://runs/run', 'gs://runs/run/checkpoints/ckpt-512', 512))
+        np.testing.assert_allclose(from_run['returns'], metrics['returns'], rtol=1e-5)
+        for result in (by_policy, by_checkpoint):
+            self.assertNotIn('batchppo-copy-', result.stderr)  # URLs, never the local copies.
+        self.assertEmpty(testing_utils.local_copies(tmpdir))  # They are gone.
+
+    def test_missing_bucket_fails_in_one_line(self):
+        emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+        tmpdir = self.create_tempdir().full_path
+        result = run_with_bucket(emulator, tmpdir, '--logdir=gs://missing-bucket/run')
+        self.assertNotEqual(result.returncode, 0)
+        errors = testing_utils.error_lines(result.stderr)
+        self.assertLen(errors, 1, result.stderr[-3000:])
+        self.assertRegex(errors[0], r'^evaluate: error: bucket missing-bucket of '
+                         r'gs://missing-bucket/run does not exist')
+        self.assertNotIn('Traceback', result.stderr)
+        self.assertEqual(result.stdout, '')
+        self.assertEmpty(testing_utils.local_copies(tmpdir))
+        # An output there is refused before any episode runs.
+        self.assert_fails('^evaluate: error: bucket missing-bucket of .* does not exist',
+                          policy=self.policy, output='gs://missing-bucket/eval/metrics.json')
+        self.assertEqual(emulator.objects('runs'), {})
 
 
 if __name__ == '__main__':

@@ -3,7 +3,9 @@ r"""Exports a run's policy as a SavedModel: `bazel run //agents:export -- --logd
 The trainer already exports the policy of every kept checkpoint to <logdir>/policy/<step>/;
 this does the same on demand, for the latest or any checkpoint (--checkpoint), into
 <logdir>/policy/<step>/ or --outdir. See agents/algorithms/ppo/policy_export.py for what the
-SavedModel holds; it loads with `tf.saved_model.load` alone.
+SavedModel holds; it loads with `tf.saved_model.load` alone. --logdir and --outdir may be
+bucket URLs (gs://...): the run's checkpoints are read from a local copy, the SavedModel is
+written locally and uploaded.
 """
 
 import os
@@ -12,6 +14,7 @@ import sys
 from absl import app, flags, logging
 
 from agents.algorithms.ppo import policy_export, restore
+from agents.runs import remote_logdir, run_dir
 from agents.scripts import log_noise, run_config
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
@@ -25,6 +28,13 @@ FLAGS = flags.FLAGS
 
 def check_outdir(outdir):
     """Fails unless `outdir` is free, an empty directory or an earlier export."""
+    if run_dir.is_remote(outdir):
+        run_dir.check_writable(outdir)
+        stored = remote_logdir.stored_files(outdir)
+        if stored and 'saved_model.pb' not in stored:
+            raise run_config.ConfigError(f'outdir {outdir} holds other files than an exported '
+                                         'policy; choose another --outdir')
+        return
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise run_config.ConfigError(f'outdir {outdir} exists and is not a directory')
     if (os.path.isdir(outdir) and os.listdir(outdir) and
@@ -43,6 +53,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     log_noise.quiet()
+    with remote_logdir.LocalCopies() as copies:
+        export_policy(copies)
+
+
+def export_policy(copies):
+    """Exports the policy; remote inputs and outputs go through `copies`."""
     try:
         if not FLAGS.logdir:
             raise run_config.ConfigError('--logdir is required')
@@ -50,16 +66,33 @@ def main(argv):
         outdir = run_config.resolve_path(FLAGS.outdir) if FLAGS.outdir else None
         if outdir:
             check_outdir(outdir)
-        run = restore.restore_agent(logdir, FLAGS.checkpoint)
-        outdir = outdir or os.path.join(logdir, policy_export.POLICY_DIR, str(run.step))
-        check_outdir(outdir)
-    except run_config.ConfigError as error:
-        sys.exit(f'export: error: {error}')
+        run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
+                                    FLAGS.checkpoint)
+        if outdir is None:
+            outdir = run_dir.join(logdir, policy_export.POLICY_DIR, str(run.step))
+            check_outdir(outdir)
+        local_outdir = copies.output(outdir, replace=True)
+    except (run_config.ConfigError, run_dir.StorageError) as error:
+        sys.exit(f'export: error: {copies.named(error)}')
     exporter = policy_export.PolicyExporter(run.agent, run.observation_space, run.action_space)
-    exporter.export(outdir, step=run.step, config=run.config)
-    logging.info('Exported the policy of %s (step %d) to %s.', run.checkpoint, run.step, outdir)
+    exporter.export(local_outdir, step=run.step, config=run.config)
+    try:
+        copies.upload()
+    except run_dir.StorageError as error:
+        sys.exit(f'export: error: {error}')
+    logging.info('Exported the policy of %s (step %d) to %s.', copies.named(run.checkpoint),
+                 run.step, outdir)
     print(outdir)
 
 
-if __name__ == '__main__':
+def run():
+    """The console script's entry point."""
+    # `--helpshort` lists the flags of the program's own file, not this module's, when the
+    # program is a console script.
+    for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     app.run(main)
+
+
+if __name__ == '__main__':
+    run()

@@ -7,11 +7,18 @@ import numpy as np
 from absl.testing import absltest, flagsaver
 
 from agents.algorithms.ppo import policy_export
+from agents.runs import gcs_testing, run_dir
 from agents.scripts import export, testing_utils
 
 
 def observations(count):
     return np.random.default_rng(0).uniform(-1, 1, (count, 3)).astype(np.float32)
+
+
+def run_with_bucket(emulator, tmpdir, *args):
+    """Runs the export binary against `emulator`, with temporary directory `tmpdir`."""
+    return testing_utils.run_script('export', *args, env=emulator.environment(
+        dict(os.environ, TMPDIR=tmpdir)))
 
 
 class ExportTest(absltest.TestCase):
@@ -90,6 +97,51 @@ class ExportTest(absltest.TestCase):
         self.assertNotEqual(result.returncode, 0)
         self.assertIn(f'export: error: outdir {blocker} exists and is not a directory',
                       result.stderr)
+
+    def test_run_in_a_bucket_exports_into_it(self):
+        emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+        tmpdir = self.create_tempdir().full_path
+        run_dir.upload_tree(self.logdir, 'gs://runs/run')
+        stale = 'gs://runs/run/policy/256/variables/variables.data-00001-of-00002'
+        run_dir.write_bytes(stale, b'of an earlier export')
+        result = run_with_bucket(emulator, tmpdir, '--logdir=gs://runs/run', '--checkpoint=256')
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertEqual(result.stdout.strip(), 'gs://runs/run/policy/256')  # The default.
+        stored = emulator.objects('runs', 'run/policy/256/')
+        self.assertIn('run/policy/256/saved_model.pb', stored)
+        self.assertNotIn(stale[len('gs://runs/'):], stored)  # The earlier export is replaced.
+        local = os.path.join(self.create_tempdir().full_path, '256')
+        run_dir.download_tree('gs://runs/run/policy/256', local)
+        exported = policy_export.SavedPolicy(local)
+        by_trainer = policy_export.SavedPolicy(os.path.join(self.logdir, 'policy', '256'))
+        self.assertEqual(exported.step, 256)
+        observ = observations(100)
+        np.testing.assert_allclose(exported(observ, (), None)[0], by_trainer(observ, (), None)[0],
+                                   atol=1e-6)
+        self.assertIn('Exported the policy of gs://runs/run/checkpoints/ckpt-256', result.stderr)
+        self.assertNotIn('batchppo-copy-', result.stderr)  # URLs, never the local copies.
+        self.assertEmpty(testing_utils.local_copies(tmpdir))  # They are gone.
+
+    def test_missing_bucket_fails_in_one_line(self):
+        emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+        tmpdir = self.create_tempdir().full_path
+        before = testing_utils.snapshot(self.logdir)
+        result = run_with_bucket(emulator, tmpdir, f'--logdir={self.logdir}',
+                                 '--outdir=gs://missing-bucket/policy')
+        self.assertNotEqual(result.returncode, 0)
+        errors = testing_utils.error_lines(result.stderr)
+        self.assertLen(errors, 1, result.stderr[-3000:])
+        self.assertRegex(errors[0], r'^export: error: bucket missing-bucket of '
+                         r'gs://missing-bucket/policy does not exist')
+        self.assertNotIn('Traceback', result.stderr)
+        self.assertEqual(result.stdout, '')
+        self.assertEqual(testing_utils.snapshot(self.logdir), before)
+        self.assertEmpty(testing_utils.local_copies(tmpdir))
+        # A bucket directory of other files is refused, as a local one is.
+        run_dir.write_bytes('gs://runs/foreign/notes.txt', b'keep')
+        self.assert_fails('outdir gs://runs/foreign holds other files than an exported policy',
+                          logdir=self.logdir, outdir='gs://runs/foreign')
+        self.assertEqual(emulator.objects('runs'), {'foreign/notes.txt': b'keep'})
 
 
 if __name__ == '__main__':

@@ -5,7 +5,8 @@ callback's duration in microseconds, the fingerprint's path, renamed signature i
 assets went): three of the four lines an evaluation of the trainer logged. Gin looks for every
 included file among Python packages before its search path finds it, and logs that as an ERROR
 ("Path not found: base.gin") in every run; a file that is really missing still fails the
-configuration with its own error. Warnings and errors of TensorFlow's writers still pass.
+configuration with its own error. Beam's GCS client logs an INFO line at every listing of a
+bucket. Warnings and errors of these libraries still pass.
 
 Filters, not a lowered log level: levels are process-wide, and the trainer writes its exports
 from a thread while the training thread logs.
@@ -23,6 +24,8 @@ _NOISE = (
     ('/tensorflow/python/checkpoint/', logging.WARNING),
     ('/tensorflow/python/saved_model/', logging.WARNING),
     ('/gin/resource_reader.py', _NOTHING),
+    # Beam's GCS client: 'Finished listing N files in 0.01 seconds' at every listing of a bucket.
+    ('/apache_beam/io/gcp/gcsio.py', logging.WARNING),
 )
 
 

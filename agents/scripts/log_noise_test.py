@@ -9,6 +9,7 @@ import tensorflow as tf
 from absl import logging as absl_logging
 from absl.testing import absltest
 
+from agents.runs import gcs_testing, run_dir
 from agents.scripts import log_noise, run_config
 
 
@@ -63,6 +64,16 @@ class LogNoiseTest(absltest.TestCase):
         broken = directory.create_file('broken.gin', "include 'missing.gin'\n").full_path
         with self.assertRaisesRegex(run_config.ConfigError, 'missing.gin'):
             run_config.load([broken], [])
+
+    def test_beam_gcs_listing_lines_are_dropped(self):
+        with gcs_testing.GcsEmulator(buckets=('runs',)):
+            run_dir.write_text('gs://runs/run/config.gin', 'x = 1\n')
+
+            def listing():
+                run_dir.list_files('gs://runs/run')
+
+            self.assertIn('Finished listing 1 files', self.capture(listing, filtered=False))
+            self.assertEqual(self.capture(listing, filtered=True), '')
 
     def test_warnings_of_the_same_modules_and_other_info_lines_pass(self):
         noise_filter = log_noise.NoiseFilter()

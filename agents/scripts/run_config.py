@@ -19,9 +19,11 @@ import time
 
 import gin
 
-CONFIG_FILE = 'config.gin'
-OPERATIVE_CONFIG_FILE = 'operative_config.gin'
-LOCK_FILE = '.lock'
+from agents.runs import run_dir
+
+CONFIG_FILE = run_dir.CONFIG_FILE
+OPERATIVE_CONFIG_FILE = run_dir.OPERATIVE_CONFIG_FILE
+LOCK_FILE = run_dir.LOCK_FILE
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED_CONFIGS = os.path.join(PACKAGE_ROOT, 'configs')
 
@@ -37,14 +39,9 @@ class ConfigError(Exception):
     """A mistake in the user's flags, gin files or logdir, told in one sentence."""
 
 
-def caller_directory():
-    """Where the user ran the command (`bazel run` changes the working directory)."""
-    return os.environ.get('BUILD_WORKING_DIRECTORY') or os.getcwd()
-
-
-def resolve_path(path):
-    """A user-given path, relative ones taken from the caller's directory."""
-    return os.path.normpath(os.path.join(caller_directory(), os.path.expanduser(path)))
+caller_directory = run_dir.caller_directory
+# A user-given path: URLs unchanged, relative local paths taken from the caller's directory.
+resolve_path = run_dir.resolve
 
 
 def find_gin_file(path):
@@ -235,16 +232,7 @@ def replace_directory(source, destination):
 
 def write_atomic(path, text):
     """Writes `text` so that readers see the old file or the new one, never a part."""
-    temporary = f'{path}.tmp-{os.getpid()}'
-    try:
-        with open(temporary, 'w', encoding='utf-8') as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    run_dir.write_text(path, text)
 
 
 def _one_line(error):

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import gin
 
@@ -33,11 +34,25 @@ def train_tiny_run(logdir, env_id='Pendulum-v1', bindings=''):
     return logdir
 
 
-def run_script(name, *args, timeout=600):
-    """Runs `python -m agents.scripts.<name> args...`; returns the CompletedProcess."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def run_script(name, *args, timeout=600, env=None):
+    """Runs `python -m agents.scripts.<name> args...` in `env` (default this process's) with
+    this tree importable; returns the CompletedProcess."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, '-m', f'agents.scripts.{name}', *args], env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def local_copies(directory=None):
+    """The local copies of remote directories that a binary left in `directory` (default the
+    temporary directory)."""
+    return {name for name in os.listdir(directory or tempfile.gettempdir())
+            if name.startswith('batchppo-copy-')}
+
+
+def error_lines(stderr):
+    """The lines of `stderr` telling an error, without TensorFlow's own (E0000 ...)."""
+    return [line for line in stderr.splitlines() if 'error' in line.lower()
+            and not line.startswith(('E0000', 'W0000', 'I0000'))]
 
 
 def snapshot(directory):

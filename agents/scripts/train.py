@@ -25,6 +25,7 @@ gc.disable()
 from absl import app, flags, logging  # noqa: E402
 
 from agents.algorithms.ppo import trainer  # noqa: E402
+from agents.runs import remote_logdir, run_dir  # noqa: E402
 from agents.scripts import log_noise, run_config  # noqa: E402
 
 gc.freeze()
@@ -37,7 +38,8 @@ flags.DEFINE_multi_string(
 flags.DEFINE_multi_string(
     'gin_bindings', [], "Gin bindings overriding the files, e.g. 'train.total_steps = 50000'.")
 flags.DEFINE_string(
-    'logdir', None, 'Directory for summaries, checkpoints and metrics; default '
+    'logdir', None, 'Directory for summaries, checkpoints and metrics, local or a bucket path '
+    '(gs://bucket/run: trained in a local copy uploaded at every evaluation); default '
     'logs/<config>-<timestamp> under the directory you ran the command from. An existing '
     'logdir of the same configuration is resumed.')
 flags.DEFINE_integer('seed', 0, 'Seeds the environments, network initialization and sampling '
@@ -56,34 +58,90 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     log_noise.quiet()
+    staged = None
     try:
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
         trainer.check_config()
         trainer.configure_threads()
-        logdir = run_config.resolve_path(FLAGS.logdir or default_logdir(FLAGS.gin_file))
-        run_config.check_logdir(logdir, config)
-    except run_config.ConfigError as error:
-        sys.exit(f'train: error: {error}')
+        logdir = run_dir.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))
+        if run_dir.is_remote(logdir):
+            # Access, the lease and the run's files first: the checks below read the copy.
+            staged = remote_logdir.StagedLogdir(logdir)
+            local = staged.open()
+        else:
+            local = logdir
+        run_config.check_logdir(local, config)
+    except (run_config.ConfigError, run_dir.StorageError) as error:
+        message = f'train: error: {_in_bucket(error, staged)}'  # Before close forgets the copy.
+        if staged is not None:
+            staged.close(sync=False)
+        sys.exit(message)
+    status = 1
     try:
-        with trainer.training_run(logdir) as run:
+        status = _train(logdir, local, config, staged)
+    finally:
+        if staged is not None:
+            status = _close(staged, status)
+    sys.exit(status)
+
+
+def _train(logdir, local, config, staged):
+    """Trains in `local` (the logdir or its staging copy); returns the exit status."""
+    try:
+        with trainer.training_run(local) as run:
             run.check()
             # Only now, with the configuration known to build, is the logdir touched.
-            lock = run_config.lock_logdir(logdir)
+            lock = run_config.lock_logdir(local)
             holder = lock.previous_holder
             if holder.get('pid') not in (None, os.getpid()):
                 logging.info('Took over the lock of %s from pid %s, which no longer runs.',
-                             logdir, holder['pid'])
-            run_config.prepare_logdir(logdir, config)
-            logging.info('Logdir: %s', logdir)
-            run.run()
-    except run_config.ConfigError as error:
-        sys.exit(f'train: error: {error}')
+                             local, holder['pid'])
+            run_config.prepare_logdir(local, config)
+            if staged is not None:
+                staged.sync()  # The run's configuration is in the bucket from the start.
+                logging.info('Logdir: %s (staged in %s)', logdir, local)
+            else:
+                logging.info('Logdir: %s', logdir)
+            run.run(after_save=staged.sync if staged is not None else None)
+    except (run_config.ConfigError, run_dir.StorageError) as error:
+        return f'train: error: {_in_bucket(error, staged)}'
     except trainer.Interrupted as error:
         sys.stderr.write(f'train: {error}\n')
-        sys.exit(128 + error.signum)
+        return 128 + error.signum
     except trainer.TrainingError as error:
-        sys.exit(f'train: error: {error}')
+        return f'train: error: {error}'
+    return 0
+
+
+def _in_bucket(error, staged):
+    """The error's text, naming the bucket's run rather than its local copy."""
+    text = str(error)
+    return text if staged is None or staged.local is None else text.replace(
+        staged.local, staged.url)
+
+
+def _close(staged, status):
+    """Uploads what the run saved last and releases the bucket's run; returns the exit status
+    (a failed upload turns success into an error)."""
+    try:
+        staged.close(sync=True)
+    except Exception as error:  # Storage clients raise their own types.
+        message = (f'train: error: cannot store the run in {staged.url}: '
+                   f'{type(error).__name__}: {error}')
+        if status in (0, None):
+            return message
+        sys.stderr.write(message + '\n')
+    return status
+
+
+def run():
+    """The console script's entry point."""
+    # `--helpshort` lists the flags of the program's own file, not this module's, when the
+    # program is a console script.
+    for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    app.run(main)
 
 
 if __name__ == '__main__':
-    app.run(main)
+    run()

@@ -2,11 +2,15 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 from absl.testing import absltest
 
+from agents.runs import gcs_testing
 from agents.scripts import run_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,8 +20,8 @@ TINY = ['--gin_bindings=train.total_steps = 256', '--gin_bindings=train.num_envs
         '--gin_bindings=PPO.num_minibatches = 4']
 
 
-def run_train(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def run_train(*args, cwd=None, env=None):
+    env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
     if cwd:
         env['BUILD_WORKING_DIRECTORY'] = cwd
     return subprocess.run([sys.executable, '-m', 'agents.scripts.train', *args], env=env,
@@ -109,6 +113,135 @@ class TrainBinaryTest(absltest.TestCase):
         result = run_train('--gin_file=configs/pendulum.gin', f'--logdir={logdir}')
         self.assert_fails(result, 'holds a run of a different configuration')
         self.assertEqual(snapshot(logdir), before)
+
+
+# Three evaluations, the first well before the end: a signal after it stops the run midway.
+BUCKET_RUN = ['--gin_bindings=train.total_steps = 8192', '--gin_bindings=train.num_envs = 4',
+              '--gin_bindings=train.rollout_length = 64',
+              '--gin_bindings=train.eval_every_steps = 2048',
+              '--gin_bindings=train.eval_episodes = 1',
+              "--gin_bindings=train.env_mode = 'in_process'",
+              '--gin_bindings=PPO.num_minibatches = 4']
+TOTAL_STEPS = 8192
+
+
+def steps_of(metrics):
+    return [json.loads(line)['step'] for line in metrics.decode().splitlines() if line.strip()]
+
+
+class TrainInBucketTest(absltest.TestCase):
+    """`--logdir=gs://...` against a GCS emulator: each run stages in a fresh local directory."""
+
+    def setUp(self):
+        super().setUp()
+        self.emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+
+    def environment(self):
+        """The trainer's environment: the emulator's, with a temporary directory of its own (as a
+        machine that never saw the run has)."""
+        self.staging = self.create_tempdir().full_path
+        return self.emulator.environment(dict(os.environ, PYTHONPATH=ROOT, TMPDIR=self.staging))
+
+    def run_objects(self):
+        return {name[len('run/'):]: data
+                for name, data in self.emulator.objects('runs', 'run/').items()}
+
+    def staging_dirs(self):
+        return [name for name in os.listdir(self.staging) if name.startswith('batchppo-run-')]
+
+    def test_stopped_run_resumes_from_the_bucket_on_another_machine(self):
+        command = [sys.executable, '-m', 'agents.scripts.train', '--gin_file=configs/pendulum.gin',
+                   '--logdir=gs://runs/run', *BUCKET_RUN]
+        cwd = self.create_tempdir().full_path
+        log = self.create_tempfile('first.log').full_path
+        with open(log, 'w') as stderr:
+            first = subprocess.Popen(command, env=self.environment(), cwd=cwd,
+                                     stdout=subprocess.DEVNULL, stderr=stderr)
+        self.addCleanup(lambda: first.poll() is not None or first.kill())
+        # Stopped once its first evaluation is in the bucket.
+        deadline = time.time() + 300
+        while 'metrics.jsonl' not in self.run_objects():
+            self.assertIsNone(first.poll(), 'the first run ended before its first evaluation')
+            self.assertLess(time.time(), deadline, 'no evaluation reached the bucket')
+            time.sleep(0.2)
+        first.send_signal(signal.SIGTERM)
+        status = first.wait(timeout=120)
+        with open(log) as f:
+            first_log = f.read()
+        self.assertEqual(status, 128 + signal.SIGTERM, first_log[-3000:])
+        self.assertIn('interrupted by SIGTERM', first_log)
+        self.assertEqual(self.staging_dirs(), [])  # The staging copy is gone.
+        objects = self.run_objects()
+        self.assertIn('config.gin', objects)
+        self.assertIn('operative_config.gin', objects)
+        self.assertIn('checkpoints/checkpoint', objects)
+        self.assertTrue([name for name in objects if name.startswith('checkpoints/ckpt-')
+                         and name.endswith('.index')], sorted(objects))
+        policies = {name.split('/')[1] for name in objects
+                    if name.startswith('policy/') and name.endswith('/saved_model.pb')}
+        self.assertTrue(policies, sorted(objects))
+        self.assertTrue(all(step.isdigit() for step in policies), policies)
+        self.assertTrue([name for name in objects if name.startswith('events.out.tfevents.')])
+        self.assertNotIn('.lease', objects)  # Released.
+        self.assertFalse([name for name in objects if 'probe' in name or '.tmp-' in name])
+        first_config = objects['config.gin']
+        first_steps = steps_of(objects['metrics.jsonl'])
+        self.assertTrue(first_steps)
+        self.assertLess(first_steps[-1], TOTAL_STEPS)
+        # Every stored policy belongs to a kept checkpoint or an evaluation.
+        self.assertContainsSubset({str(step) for step in first_steps[-1:]}, policies)
+
+        # The same command on a machine that never saw the run: resumed from the bucket.
+        second = run_train('--gin_file=configs/pendulum.gin', '--logdir=gs://runs/run',
+                           *BUCKET_RUN, cwd=cwd, env=self.environment())
+        self.assertEqual(second.returncode, 0, second.stderr[-3000:])
+        self.assertNotIn('Resumed from', first_log)
+        resumed = re.search(r'Resumed from \S+ at step (\d+)', second.stderr)
+        self.assertIsNotNone(resumed, second.stderr[-3000:])
+        self.assertGreaterEqual(int(resumed.group(1)), first_steps[-1])  # Not from scratch.
+        self.assertIn('Done:', second.stderr)
+        self.assertEqual(self.staging_dirs(), [])
+        objects = self.run_objects()
+        steps = steps_of(objects['metrics.jsonl'])
+        self.assertEqual(steps[:len(first_steps)], first_steps)
+        self.assertEqual(steps, sorted(set(steps)), steps)  # Strictly increasing: none repeated.
+        self.assertEqual(steps[-1], TOTAL_STEPS)
+        self.assertIn(f'policy/{TOTAL_STEPS}/saved_model.pb', objects)
+        self.assertNotIn('.lease', objects)
+        self.assertEqual(objects['config.gin'], first_config)
+
+    def test_bucket_run_of_another_config_is_untouched(self):
+        bucket = self.emulator.client().bucket('runs')
+        stored = {'run/config.gin': b'train.env_id = "CartPole-v1"\n',
+                  'run/metrics.jsonl': b'{"step": 1}\n', 'run/train.log': b'trial\n'}
+        for name, data in stored.items():
+            bucket.blob(name).upload_from_string(data)
+        result = run_train('--gin_file=configs/pendulum.gin', '--logdir=gs://runs/run',
+                           *BUCKET_RUN, cwd=self.create_tempdir().full_path,
+                           env=self.environment())
+        self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+        self.assertIn('train: error: logdir gs://runs/run holds a run of a different '
+                      'configuration', result.stderr)
+        error = result.stderr[result.stderr.index('train: error:'):]
+        self.assertNotIn('batchppo-run-', error)  # Named by its bucket, not its local copy.
+        self.assertEqual(self.emulator.objects('runs'), stored)  # No lease left, nothing written.
+        self.assertEqual(self.staging_dirs(), [])
+
+    def test_missing_bucket(self):
+        cwd = self.create_tempdir().full_path
+        result = run_train('--gin_file=configs/pendulum.gin', '--logdir=gs://missing-bucket/run',
+                           *BUCKET_RUN, cwd=cwd, env=self.environment())
+        self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+        errors = [line for line in result.stderr.splitlines() if 'error' in line.lower()
+                  and not line.startswith(('E0000', 'W0000', 'I0000'))]
+        self.assertLen(errors, 1, result.stderr[-3000:])
+        self.assertRegex(errors[0], r'^train: error: .*missing-bucket.* does not exist')
+        self.assertEqual(result.stderr.rstrip().splitlines()[-1], errors[0])
+        self.assertNotIn('Traceback', result.stderr)
+        self.assertNotIn('Logdir:', result.stderr)  # Nothing trained.
+        self.assertEqual(self.staging_dirs(), [])
+        self.assertEqual(os.listdir(cwd), [])
+        self.assertEqual(self.emulator.objects('runs'), {})
 
 
 if __name__ == '__main__':

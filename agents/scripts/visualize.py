@@ -5,7 +5,9 @@ checkpoint and runs the deterministic policy, writing one H.264 video per episod
 `episodes.jsonl` (episode, seed, return, length, video) into --outdir. Episode `i` starts from
 seed `--seed + i`, as in `//agents:evaluate`, so the returns of both tools agree. Renders
 headless in a worker process (see agents/tools/process_env.py): classic control through pygame,
-MuJoCo through EGL with fast render settings (agents/tools/rendering.py).
+MuJoCo through EGL with fast render settings (agents/tools/rendering.py). --logdir and --outdir
+may be bucket URLs (gs://...): the run's checkpoints are read from a local copy, the videos are
+rendered locally and uploaded.
 """
 
 import json
@@ -16,6 +18,7 @@ import time
 from absl import app, flags, logging
 
 from agents.algorithms.ppo import restore
+from agents.runs import remote_logdir, run_dir
 from agents.scripts import log_noise, run_config
 from agents.tools import evaluation, process_env, rendering, video
 
@@ -36,6 +39,9 @@ PROGRESS_EVERY_SECS = 2.0
 
 def check_outdir(outdir):
     """Fails unless `outdir` is a directory or can become one (checked before writing)."""
+    if run_dir.is_remote(outdir):
+        run_dir.check_writable(outdir)
+        return
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise run_config.ConfigError(f'outdir {outdir} exists and is not a directory')
     parent = outdir
@@ -91,6 +97,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     log_noise.quiet()
+    with remote_logdir.LocalCopies() as copies:
+        render(copies)
+
+
+def render(copies):
+    """Renders the episodes and writes them out; remote inputs and outputs go through
+    `copies`."""
     try:
         if not FLAGS.logdir:
             raise run_config.ConfigError('--logdir is required')
@@ -101,18 +114,22 @@ def main(argv):
         outdir = run_config.resolve_path(FLAGS.outdir) if FLAGS.outdir else None
         if outdir:
             check_outdir(outdir)
-        run = restore.restore_agent(logdir, FLAGS.checkpoint)
-        outdir = outdir or os.path.join(logdir, 'videos', str(run.step))
-        check_outdir(outdir)
+        run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
+                                    FLAGS.checkpoint)
+        if outdir is None:
+            outdir = run_dir.join(logdir, 'videos', str(run.step))
+            check_outdir(outdir)
+        local_outdir = copies.output(outdir)
         # In a worker process: MuJoCo's renderer and TensorFlow cannot share one.
         env = process_env.ProcessEnv(run.environment.factory(
             extra_wrappers=[rendering.configure_fast_rendering], render_mode='rgb_array'))
-    except run_config.ConfigError as error:
-        sys.exit(f'visualize: error: {error}')
-    logging.info('Restored %s (step %d); rendering %d episodes of %s into %s.', run.checkpoint,
-                 run.step, FLAGS.num_episodes, run.environment.env_id, outdir)
-    os.makedirs(outdir, exist_ok=True)
-    recorder = EpisodeRecorder(env, outdir, FLAGS.num_episodes)
+    except (run_config.ConfigError, run_dir.StorageError) as error:
+        sys.exit(f'visualize: error: {copies.named(error)}')
+    logging.info('Restored %s (step %d); rendering %d episodes of %s into %s.',
+                 copies.named(run.checkpoint), run.step, FLAGS.num_episodes,
+                 run.environment.env_id, outdir)
+    os.makedirs(local_outdir, exist_ok=True)
+    recorder = EpisodeRecorder(env, local_outdir, FLAGS.num_episodes)
     records = []
     try:
         for episode in evaluation.iterate_episodes(
@@ -124,16 +141,30 @@ def main(argv):
                             'video': os.path.basename(writer.path)})
             logging.info('Episode %d/%d: return %.2f, %d steps, %d frames at %.0f frames/s -> %s',
                          episode.index + 1, FLAGS.num_episodes, episode.episode_return,
-                         episode.length, writer.num_frames, frames_per_sec, writer.path)
+                         episode.length, writer.num_frames, frames_per_sec,
+                         copies.named(writer.path))
     except BaseException:
         recorder.abort()
         raise
     finally:
         env.close()
-    run_config.write_atomic(os.path.join(outdir, EPISODES_FILE),
+    run_config.write_atomic(os.path.join(local_outdir, EPISODES_FILE),
                             ''.join(json.dumps(record) + '\n' for record in records))
+    try:
+        copies.upload()
+    except run_dir.StorageError as error:
+        sys.exit(f'visualize: error: {error}')
     logging.info('Wrote %d videos and %s to %s.', len(records), EPISODES_FILE, outdir)
 
 
-if __name__ == '__main__':
+def run():
+    """The console script's entry point."""
+    # `--helpshort` lists the flags of the program's own file, not this module's, when the
+    # program is a console script.
+    for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     app.run(main)
+
+
+if __name__ == '__main__':
+    run()

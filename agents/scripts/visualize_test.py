@@ -8,6 +8,7 @@ import imageio.v2 as imageio
 import numpy as np
 from absl.testing import absltest, flagsaver
 
+from agents.runs import gcs_testing, run_dir
 from agents.scripts import testing_utils, visualize
 
 
@@ -23,6 +24,12 @@ def count_frames(path):
 def read_jsonl(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
+
+
+def run_with_bucket(emulator, *args):
+    """Runs the visualize binary against `emulator`. Its temporary directory stays the test's:
+    the environment worker's forkserver puts a socket there, whose path must be short."""
+    return testing_utils.run_script('visualize', *args, env=emulator.environment())
 
 
 class VisualizeTest(absltest.TestCase):
@@ -126,6 +133,44 @@ class VisualizeTest(absltest.TestCase):
         self.assertIn('visualize: error: ', result.stderr)
         self.assertIn('not a training run', result.stderr)
         self.assertFalse(os.path.exists(outdir))
+
+    def test_run_in_a_bucket_renders_into_it(self):
+        emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+        copies = testing_utils.local_copies()
+        run_dir.upload_tree(self.pendulum, 'gs://runs/run')
+        result = run_with_bucket(emulator, '--logdir=gs://runs/run', '--num_episodes=1',
+                                 '--seed=5')
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        videos = emulator.objects('runs', 'run/videos/512/')  # The default outdir, in the bucket.
+        self.assertEqual(sorted(videos),
+                         ['run/videos/512/episode-000.mp4', 'run/videos/512/episodes.jsonl'])
+        [episode] = [json.loads(line) for line in videos['run/videos/512/episodes.jsonl'].decode()
+                     .splitlines()]
+        self.assertEqual((episode['seed'], episode['length'], episode['video']),
+                         (5, 200, 'episode-000.mp4'))
+        local = os.path.join(self.create_tempdir().full_path, 'episode-000.mp4')
+        run_dir.download('gs://runs/run/videos/512/episode-000.mp4', local)
+        self.assertEqual(count_frames(local)[0], 201)
+        self.assertIn('-> gs://runs/run/videos/512/episode-000.mp4', result.stderr)
+        self.assertNotIn('batchppo-copy-', result.stderr)  # URLs, never the local copies.
+        self.assertEqual(testing_utils.local_copies(), copies)  # They are gone.
+
+    def test_missing_bucket_fails_in_one_line(self):
+        emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+        copies = testing_utils.local_copies()
+        before = testing_utils.snapshot(self.pendulum)
+        result = run_with_bucket(emulator, f'--logdir={self.pendulum}',
+                                 '--outdir=gs://missing-bucket/videos')
+        self.assertNotEqual(result.returncode, 0)
+        errors = testing_utils.error_lines(result.stderr)
+        self.assertLen(errors, 1, result.stderr[-3000:])
+        self.assertRegex(errors[0], r'^visualize: error: bucket missing-bucket of '
+                         r'gs://missing-bucket/videos does not exist')
+        self.assertNotIn('Traceback', result.stderr)
+        self.assertNotIn('Restored', result.stderr)  # Refused before any work.
+        self.assertEqual(testing_utils.snapshot(self.pendulum), before)
+        self.assertEqual(testing_utils.local_copies(), copies)
+        self.assertEqual(emulator.objects('runs'), {})
 
 
 if __name__ == '__main__':

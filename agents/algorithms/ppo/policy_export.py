@@ -41,9 +41,10 @@ import tensorflow as tf
 # The fingerprint that tf.saved_model.save writes, for exports that reuse an earlier program.
 from tensorflow.python.saved_model import fingerprinting_utils
 
+from agents.runs import run_dir
 from agents.scripts import run_config
 
-POLICY_DIR = 'policy'
+POLICY_DIR = run_dir.POLICY_DIR
 FORMAT = 'batchppo-policy/1'
 SIGNATURES = ('deterministic_action', 'sampled_action')
 

@@ -47,12 +47,13 @@ from absl import logging
 
 from agents import envs
 from agents.algorithms.ppo import policy_export, ppo, recovery, simulated_agent
+from agents.runs import run_dir
 from agents.scripts import run_config
 from agents.tools import batch_env, in_graph_batch_env, simulate
 from agents.tools import wrappers as wrappers_lib
 
-METRICS_FILE = 'metrics.jsonl'
-CHECKPOINT_DIR = 'checkpoints'
+METRICS_FILE = run_dir.METRICS_FILE
+CHECKPOINT_DIR = run_dir.CHECKPOINT_DIR
 ENV_FAILURE_POLICIES = ('restart', 'stop')
 ENV_BACKENDS = ('gymnasium', 'native')
 NONFINITE_POLICIES = ('stop', 'skip')
@@ -432,6 +433,7 @@ class TrainingRun:
         self._policy_exporter = None
         self._export_thread = None  # An executor while `run` runs.
         self._pending_export = None  # (what, future) of the export being written.
+        self._after_save = None  # Called with the saved state complete (see `run`).
         self._saved_step = None
         # The update's whole state, copied before each update to undo a non-finite one.
         seen, self._variables = set(), []
@@ -491,11 +493,15 @@ class TrainingRun:
                 logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
         return path
 
-    def run(self):
+    def run(self, after_save=None):
         """Trains from the latest checkpoint to the budget; returns the last evaluation.
 
-        Raises TrainingError (a subclass naming the fault) when training cannot go on.
+        `after_save`, if given, is called whenever the logdir holds a complete save (after each
+        evaluation's checkpoint, policy and metrics line, and after the checkpoint of a signal),
+        e.g. to upload it to the run's bucket. Raises TrainingError (a subclass naming the
+        fault) when training cannot go on.
         """
+        self._after_save = after_save
         with _SignalFlag() as interrupt, concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix='policy-export') as self._export_thread:
             try:
@@ -750,6 +756,7 @@ class TrainingRun:
             saved = f'the checkpoint of step {steps} is saved'
         with self._writing(f'the summaries in {self._logdir}'):
             self._writer.flush()
+        self._publish()
         raise Interrupted(signum, steps, f'interrupted by {name} at step {steps}; {saved}. '
                           'Rerun the same command to resume.')
 
@@ -811,7 +818,21 @@ class TrainingRun:
                     if record[name] is not None:
                         tf.summary.scalar(f'eval/{name}', record[name])
             self._writer.flush()
+        self._publish()
         return record
+
+    def _publish(self):
+        """Hands the complete save to `after_save`, once the export in flight is written."""
+        if self._after_save is None:
+            return
+        self._finish_export()
+        try:
+            self._after_save()
+        except Exception as error:  # Storage clients raise their own types.
+            kept = ('its last stored checkpoint is intact' if self._saved_step is not None
+                    else 'no checkpoint was stored yet')
+            raise WriteError(f'cannot store the run: {type(error).__name__}: {error}. The run '
+                             f'stopped; {kept}. Rerun the same command to resume.') from error
 
     def _export(self, steps, background=False):
         """The policy of the checkpoint of `steps`, as a SavedModel in <logdir>/policy/<step>/;

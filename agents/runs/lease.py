@@ -1,0 +1,190 @@
+"""A lease on a run directory in a bucket: one trainer at a time, across machines.
+
+A local logdir is guarded by flock (run_config.LogdirLock), which cannot reach across machines.
+A gs:// logdir holds a lease object, `<logdir>/.lease`, created only if absent and renewed only
+if unchanged (GCS generation preconditions), so two trainers can never both believe they hold
+it. The holder renews it every `ttl_s / 4` seconds from a background thread; a lease not renewed
+for `ttl_s` seconds belongs to a trainer that died (a lost worker) and is taken over, as is one
+whose holder was a process of this machine that no longer runs.
+"""
+
+import json
+import os
+import socket
+import threading
+import time
+
+from agents.runs import run_dir
+
+DEFAULT_TTL_S = 60.0
+
+
+class LeaseHeld(run_dir.StorageError):
+    """Another live trainer holds the lease."""
+
+
+class Lease:
+    """The lease of run directory `url` (gs://); `acquire` it, then `release` it."""
+
+    def __init__(self, url, ttl_s=DEFAULT_TTL_S, clock=time.time):
+        self.url = url
+        self._path = run_dir.join(url, run_dir.LEASE_FILE)
+        self._bucket, self._name = run_dir.split_gcs_path(self._path)
+        self._ttl_s = ttl_s
+        self._clock = clock
+        # Who this trainer is, fixed for the lease's life: written into the lease and compared
+        # with a holder's to tell whether its pid can be checked here.
+        self._host = socket.gethostname()
+        self._started = None  # When this trainer took the lease (renewals keep it).
+        self._generation = None
+        self._stop = threading.Event()
+        self._thread = None
+        self._lock = threading.Lock()
+        self.lost = None  # Why the lease was lost while held, if it was.
+
+    def _blob(self):
+        return run_dir.gcs_client(self._path).bucket(self._bucket).blob(self._name)
+
+    def _holder(self):
+        return {'pid': os.getpid(), 'host': self._host,
+                'expires': self._clock() + self._ttl_s,
+                'started': self._started}
+
+    def acquire(self):
+        """Takes the lease, waiting up to `ttl_s` for a holder that stopped renewing it; raises
+        LeaseHeld naming a holder that keeps it alive."""
+        from google.api_core import exceptions
+        self._stop.clear()  # A released lease may be acquired again.
+        self.lost = None
+        self._started = time.strftime('%Y-%m-%d %H:%M:%S %z')
+        deadline = self._clock() + self._ttl_s
+        seen = None
+        while True:
+            blob = self._blob()
+            try:
+                blob.upload_from_string(json.dumps(self._holder()), if_generation_match=0,
+                                        content_type='application/json')
+                self._generation = blob.generation
+                break
+            except exceptions.PreconditionFailed:
+                pass
+            current = self._blob()
+            try:
+                holder = json.loads(current.download_as_bytes())
+                generation = current.generation
+            except exceptions.NotFound:
+                continue  # Released meanwhile: try again at once.
+            except ValueError:
+                holder, generation = {}, current.generation
+            if self._is_stale(holder) or (seen is not None and generation == seen and
+                                          self._clock() >= deadline):
+                try:
+                    blob = self._blob()
+                    blob.upload_from_string(json.dumps(self._holder()),
+                                            if_generation_match=generation,
+                                            content_type='application/json')
+                    self._generation = blob.generation
+                    break
+                except exceptions.PreconditionFailed:
+                    continue  # Someone else renewed or took it: look again.
+            if seen is not None and generation != seen:
+                raise LeaseHeld(_held_message(self.url, holder))
+            seen = generation
+            if self._clock() >= deadline:
+                continue
+            time.sleep(min(1.0, max(0.0, deadline - self._clock())))
+        self._thread = threading.Thread(target=self._renew_loop, name='lease-renewal',
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _is_stale(self, holder):
+        if holder.get('expires', 0) < self._clock():
+            return True
+        if holder.get('host') == self._host and isinstance(holder.get('pid'), int):
+            return not _process_runs(holder['pid']) or holder['pid'] == os.getpid()
+        return False
+
+    def _renew_loop(self):
+        renewed = self._clock()
+        while not self._stop.wait(self._ttl_s / 4):
+            try:
+                self.renew()
+                renewed = self._clock()
+            except Exception as error:  # Told by `check`; the trainer stops at its next save.
+                if self.lost:
+                    return  # Taken over: renewing again cannot succeed.
+                if self._clock() - renewed >= self._ttl_s:
+                    # Not renewed for a whole ttl: another trainer may have taken it over.
+                    self.lost = (f'not renewed for {self._ttl_s:g} s: '
+                                 f'{type(error).__name__}: {error}')
+                    return
+                # A failed request (the storage service out of reach) is retried at the next
+                # renewal: the lease is still ours until it expires.
+
+    def renew(self):
+        """Extends the lease by `ttl_s`; if another trainer took it over, sets `lost` (and
+        raises LeaseHeld)."""
+        from google.api_core import exceptions
+        with self._lock:
+            if self._generation is None:
+                return
+            blob = self._blob()
+            try:
+                blob.upload_from_string(json.dumps(self._holder()),
+                                        if_generation_match=self._generation,
+                                        content_type='application/json')
+            except exceptions.PreconditionFailed as error:
+                # The lease object changed or went away: it is someone else's now (or no one's),
+                # and this trainer stops renewing (and will not delete) it.
+                self._generation = None
+                self.lost = f'it was changed by another trainer ({_first_line(error)})'
+                raise LeaseHeld(f'lost the lease on {self.url} ({self.lost})') from None
+            self._generation = blob.generation
+
+    def check(self):
+        """Raises LeaseHeld if the lease was lost (another trainer took it over)."""
+        if self.lost:
+            raise LeaseHeld(f'lost the lease on {self.url} ({self.lost}); another trainer may '
+                            'be writing it')
+
+    def release(self):
+        """Stops renewing and deletes the lease (if it is still ours)."""
+        from google.api_core import exceptions
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            if self._generation is None:
+                return
+            try:
+                self._blob().delete(if_generation_match=self._generation)
+            except (exceptions.NotFound, exceptions.PreconditionFailed):
+                pass
+            self._generation = None
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
+def _process_runs(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _held_message(url, holder):
+    who = f'pid {holder.get("pid", "?")}'
+    if holder.get('host'):
+        who += f' on {holder["host"]}'
+    if holder.get('started'):
+        who += f' since {holder["started"]}'
+    return (f'logdir {url} is in use by another trainer: {who} (it holds the lease '
+            f'{run_dir.LEASE_FILE} and renews it). Wait for it to finish or stop it, or choose '
+            'another --logdir.')

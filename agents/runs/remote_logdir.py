@@ -1,0 +1,208 @@
+"""A run whose logdir is in a bucket: trained in a local staging directory kept in sync with it.
+
+TensorFlow writes checkpoints, SavedModels and summaries to local files; object stores take
+whole objects. So, as Ray Tune's syncer does, the trainer works in a local staging directory
+that starts as a copy of the bucket's run (so a rerun on a machine that never saw the run
+resumes it) and is uploaded at every evaluation and checkpoint (`sync`) and at the end.
+
+Uploads keep the bucket's run resumable at every moment: checkpoint data before the index that
+names it, a policy's variables before its `saved_model.pb`, `metrics.jsonl` after both (nothing
+the run logs leads its checkpoints), and files the trainer removed (older checkpoints and
+policies) are deleted only after that. A lease (lease.py) keeps a second trainer out.
+"""
+
+import os
+import shutil
+import tempfile
+
+from absl import logging
+
+from agents.runs import lease as lease_lib
+from agents.runs import run_dir
+
+# Upload order, first to last: what a later file refers to goes up before it.
+_LAST = (run_dir.METRICS_FILE,)
+_REFERRING = ('checkpoints/checkpoint', 'saved_model.pb', 'fingerprint.pb')
+
+
+def _upload_rank(relative):
+    if relative in _LAST:
+        return 3
+    if relative.endswith(_REFERRING):
+        return 1
+    if relative.startswith((run_dir.CHECKPOINT_DIR + '/', run_dir.POLICY_DIR + '/')):
+        return 0
+    return 2
+
+
+class StagedLogdir:
+    """The local staging directory of remote logdir `url`.
+
+    `open()` checks access, takes the lease and downloads the run; `sync()` uploads what changed
+    and deletes what the trainer removed; `close()` syncs (unless told not to), releases the
+    lease and removes the staging directory. Files a sweep's trial owns (`train.log`,
+    `result.json`) and the lease are neither downloaded nor touched.
+    """
+
+    def __init__(self, url, lease_ttl_s=lease_lib.DEFAULT_TTL_S, read_only=False):
+        self.url = url.rstrip('/')
+        self.read_only = read_only
+        self.local = None
+        self._lease = None
+        if not read_only and run_dir.scheme(url) == 'gs':
+            self._lease = lease_lib.Lease(self.url, ttl_s=lease_ttl_s)
+        elif not read_only:
+            logging.warning('%s:// has no lease: nothing keeps a second trainer from writing %s '
+                            'at the same time.', run_dir.scheme(url), url)
+        self._uploaded = {}  # Relative path: (size, mtime_ns) as last uploaded or downloaded.
+        self._ignored = set(run_dir.TRIAL_FILES) | {run_dir.LEASE_FILE, run_dir.LOCK_FILE}
+
+    def open(self):
+        """Returns the local directory holding the run (empty for a new run)."""
+        if not self.read_only:
+            run_dir.check_writable(self.url)
+        try:
+            if self._lease is not None:
+                _told_as_storage_error(self.url, self._lease.acquire)
+            self.local = tempfile.mkdtemp(prefix='batchppo-run-')
+            copied = _told_as_storage_error(self.url, run_dir.download_tree, self.url,
+                                            self.local, skip=self._ignored)
+        except BaseException:
+            self.close(sync=False)
+            raise
+        for relative in copied:
+            self._uploaded[relative] = self._stat(relative)
+        if copied:
+            logging.info('Copied %d files of %s to %s.', len(copied), self.url, self.local)
+        return self.local
+
+    def _stat(self, relative):
+        stat = os.stat(os.path.join(self.local, *relative.split('/')))
+        return stat.st_size, stat.st_mtime_ns
+
+    def sync(self):
+        """Uploads new and changed files in dependency order, then deletes removed ones; raises
+        StorageError (what failed is tried again at the next sync)."""
+        if self.read_only or self.local is None:
+            return
+        _told_as_storage_error(self.url, self._sync)
+
+    def _sync(self):
+        if self._lease is not None:
+            self._lease.check()
+        local = {relative for relative in run_dir.list_files(self.local)
+                 if relative not in self._ignored and '.tmp-' not in relative}
+        changed = [relative for relative in local
+                   if self._uploaded.get(relative) != self._stat(relative)]
+        for relative in sorted(changed, key=lambda r: (_upload_rank(r), r)):
+            stat = self._stat(relative)
+            run_dir.upload(os.path.join(self.local, *relative.split('/')),
+                           run_dir.join(self.url, relative))
+            self._uploaded[relative] = stat
+        removed = sorted(set(self._uploaded) - local)
+        run_dir.delete([run_dir.join(self.url, relative) for relative in removed])
+        for relative in removed:
+            del self._uploaded[relative]
+
+    def close(self, sync=True):
+        """Syncs (with `sync`), releases the lease and removes the staging directory."""
+        try:
+            if sync:
+                self.sync()
+        finally:
+            if self._lease is not None:
+                self._lease.release()
+            if self.local is not None:
+                shutil.rmtree(self.local, ignore_errors=True)
+                self.local = None
+
+
+def _told_as_storage_error(url, function, *args, **kwargs):
+    """`function(*args, **kwargs)`, its failures to reach `url` raised as StorageError."""
+    try:
+        return function(*args, **kwargs)
+    except run_dir.StorageError:
+        raise
+    except Exception as error:  # Each client library raises its own types.
+        raise run_dir.StorageError(run_dir.describe_error(url, error)) from error
+
+
+# What restoring a run's agent reads (evaluate, visualize and export of a bucket's run).
+RESTORE_FILES = (run_dir.CONFIG_FILE, run_dir.OPERATIVE_CONFIG_FILE, run_dir.CHECKPOINT_DIR)
+
+
+class LocalCopies:
+    """Local stand-ins for the remote directories of a tool that works on local files.
+
+    `input(path)` downloads a remote directory into a temporary one, `output(path)` makes a
+    temporary directory for files meant for a remote one, which `upload()` stores there; local
+    paths pass through unchanged. `named(text)` puts the URLs back where a message shows a
+    temporary path. Leaving the `with` block removes the temporary directories.
+    """
+
+    def __init__(self):
+        self._urls = {}  # Temporary directory: the URL it stands for.
+        self._outputs = []  # (temporary directory, whether its URL's other files go).
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *unused_exc_info):
+        for local in self._urls:
+            shutil.rmtree(os.path.dirname(local), ignore_errors=True)
+
+    def _local(self, url):
+        local = os.path.join(tempfile.mkdtemp(prefix='batchppo-copy-'), run_dir.basename(url))
+        self._urls[local] = url.rstrip('/')
+        return local
+
+    def input(self, path, include=None):
+        """`path`, or for a URL a local copy of the files under it whose first path component
+        is in `include` (default all). A URL with no such files has no copy: it reads as a
+        missing directory."""
+        if not run_dir.is_remote(path):
+            return path
+        local = self._local(path)
+        for relative in sorted(_told_as_storage_error(path, run_dir.list_files, path)):
+            if include is None or relative.split('/', 1)[0] in include:
+                _told_as_storage_error(path, run_dir.download, run_dir.join(path, relative),
+                                  os.path.join(local, *relative.split('/')))
+        return local
+
+    def output(self, path, replace=False):
+        """`path`, or for a URL an empty local directory that `upload()` stores there, deleting
+        the URL's other files if `replace`. Check the URL with run_dir.check_writable first."""
+        if not run_dir.is_remote(path):
+            return path
+        local = self._local(path)
+        os.mkdir(local)
+        self._outputs.append((local, replace))
+        return local
+
+    def upload(self):
+        """Stores the outputs (a SavedModel's variables before the program that names them);
+        raises StorageError."""
+        for local, replace in self._outputs:
+            url = self._urls[local]
+            _told_as_storage_error(url, _upload_directory, local, url, replace)
+
+    def named(self, text):
+        """`text` (or an error's) with the URLs in place of their temporary directories."""
+        text = str(text)
+        for local, url in self._urls.items():
+            text = text.replace(local, url)
+        return text
+
+
+def stored_files(url):
+    """run_dir.list_files(url), its failures raised as StorageError."""
+    return _told_as_storage_error(url, run_dir.list_files, url)
+
+
+def _upload_directory(local, url, replace):
+    files = run_dir.list_files(local)
+    for relative in sorted(files, key=lambda relative: (relative.endswith(_REFERRING), relative)):
+        run_dir.upload(os.path.join(local, *relative.split('/')), run_dir.join(url, relative))
+    if replace:
+        run_dir.delete([run_dir.join(url, relative) for relative in run_dir.list_files(url)
+                        if relative not in files])

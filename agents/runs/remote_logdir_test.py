@@ -1,0 +1,282 @@
+"""Tests of StagedLogdir, a bucket run's local staging directory, against a GCS emulator."""
+
+import os
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from agents.runs import gcs_testing, remote_logdir, run_dir
+from agents.runs import lease as lease_lib
+
+URL = 'gs://runs/run'
+
+# What a trainer's evaluation leaves in its logdir.
+SAVE = {
+    'config.gin': b'train.env_id = "Pendulum-v1"\n',
+    'operative_config.gin': b'# everything\n',
+    'events.out.tfevents.1.host': b'events',
+    'checkpoints/checkpoint': b'model_checkpoint_path: "ckpt-1"\n',
+    'checkpoints/ckpt-1.index': b'index-1',
+    'checkpoints/ckpt-1.data-00000-of-00001': b'data-1',
+    'policy/2048/saved_model.pb': b'graph',
+    'policy/2048/fingerprint.pb': b'fingerprint',
+    'policy/2048/variables/variables.index': b'variables-index',
+    'policy/2048/variables/variables.data-00000-of-00001': b'variables-data',
+    'metrics.jsonl': b'{"step": 2048}\n',
+}
+
+
+def write(directory, files):
+    for relative, data in files.items():
+        path = os.path.join(directory, *relative.split('/'))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'wb') as f:
+            f.write(data)
+
+
+class StagedLogdirTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        # StagedLogdir stages in the system's temporary directory: here the test's own.
+        self.staging_parent = self.create_tempdir().full_path
+        self.enter_context(mock.patch.object(tempfile, 'tempdir', self.staging_parent))
+        self.emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
+
+    def run_objects(self):
+        return {name[len('run/'):]: data
+                for name, data in self.emulator.objects('runs', 'run/').items()}
+
+    def staging_dirs(self):
+        return [name for name in os.listdir(self.staging_parent)
+                if name.startswith('batchppo-run-')]
+
+    def open(self, url=URL, **kwargs):
+        staged = remote_logdir.StagedLogdir(url, lease_ttl_s=kwargs.pop('lease_ttl_s', 4.0),
+                                            **kwargs)
+        local = staged.open()
+        self.addCleanup(staged.close, sync=False)
+        return staged, local
+
+    def record_uploads(self):
+        """The relative paths uploaded and deleted, in order, while the context is open."""
+        calls = []
+        upload, delete = run_dir.upload, run_dir.delete
+
+        def recording_upload(local_path, url):
+            calls.append(('upload', url[len(URL) + 1:]))
+            upload(local_path, url)
+
+        def recording_delete(paths):
+            paths = list(paths)
+            calls.extend(('delete', path[len(URL) + 1:]) for path in paths)
+            delete(paths)
+
+        self.enter_context(mock.patch.object(run_dir, 'upload', recording_upload))
+        self.enter_context(mock.patch.object(run_dir, 'delete', recording_delete))
+        return calls
+
+    def test_open_an_empty_prefix(self):
+        staged, local = self.open()
+        self.assertTrue(os.path.isdir(local))
+        self.assertEqual(os.listdir(local), [])
+        self.assertEqual(list(self.run_objects()), [run_dir.LEASE_FILE])
+        staged.sync()  # Nothing to upload.
+        self.assertEqual(list(self.run_objects()), [run_dir.LEASE_FILE])
+
+    def test_sync_uploads_what_a_file_refers_to_before_it(self):
+        staged, local = self.open()
+        write(local, SAVE)
+        calls = self.record_uploads()
+        staged.sync()
+        uploaded = [relative for kind, relative in calls if kind == 'upload']
+        self.assertCountEqual(uploaded, SAVE)
+        self.assertNotIn('delete', [kind for kind, _ in calls])
+        position = {relative: index for index, relative in enumerate(uploaded)}
+        for data in ('checkpoints/ckpt-1.index', 'checkpoints/ckpt-1.data-00000-of-00001',
+                     'policy/2048/variables/variables.index',
+                     'policy/2048/variables/variables.data-00000-of-00001'):
+            for referring in ('checkpoints/checkpoint', 'policy/2048/saved_model.pb'):
+                self.assertLess(position[data], position[referring], (data, referring))
+        self.assertEqual(uploaded[-1], 'metrics.jsonl')
+        self.assertEqual({relative: data for relative, data in self.run_objects().items()
+                          if relative != run_dir.LEASE_FILE}, SAVE)
+
+        # Unchanged files are not uploaded again; changed ones are.
+        calls.clear()
+        staged.sync()
+        self.assertEqual(calls, [])
+        with open(os.path.join(local, 'metrics.jsonl'), 'ab') as f:
+            f.write(b'{"step": 4096}\n')
+        staged.sync()
+        self.assertEqual(calls, [('upload', 'metrics.jsonl')])
+        self.assertEqual(self.run_objects()['metrics.jsonl'],
+                         b'{"step": 2048}\n{"step": 4096}\n')
+
+    def test_sync_deletes_what_the_trainer_removed_after_uploading(self):
+        staged, local = self.open()
+        write(local, SAVE)
+        staged.sync()
+        # The next save: a new checkpoint and policy, the old ones removed.
+        for relative in SAVE:
+            if relative.startswith(('checkpoints/ckpt-1', 'policy/2048/')):
+                os.remove(os.path.join(local, *relative.split('/')))
+        write(local, {'checkpoints/checkpoint': b'model_checkpoint_path: "ckpt-2"\n',
+                      'checkpoints/ckpt-2.index': b'index-2',
+                      'checkpoints/ckpt-2.data-00000-of-00001': b'data-2',
+                      'policy/4096/saved_model.pb': b'graph',
+                      'policy/4096/variables/variables.index': b'v'})
+        with open(os.path.join(local, 'metrics.jsonl'), 'ab') as f:
+            f.write(b'{"step": 4096}\n')
+        calls = self.record_uploads()
+        staged.sync()
+        kinds = [kind for kind, _ in calls]
+        self.assertEqual(kinds, sorted(kinds, key=['upload', 'delete'].index))  # Deletes last.
+        self.assertCountEqual([relative for kind, relative in calls if kind == 'delete'], [
+            relative for relative in SAVE
+            if relative.startswith(('checkpoints/ckpt-1', 'policy/2048/'))])
+        objects = self.run_objects()
+        self.assertFalse([name for name in objects if 'ckpt-1' in name or '2048/' in name])
+        self.assertEqual(objects['checkpoints/ckpt-2.index'], b'index-2')
+        self.assertEqual(objects['policy/4096/saved_model.pb'], b'graph')
+
+    def test_temporary_files_are_not_uploaded(self):
+        staged, local = self.open()
+        write(local, {'metrics.jsonl.tmp-123': b'partial', 'config.gin': b'x'})
+        staged.sync()
+        self.assertEqual(sorted(self.run_objects()), [run_dir.LEASE_FILE, 'config.gin'])
+
+    def test_trial_files_are_neither_downloaded_nor_touched(self):
+        write_remote = {'train.log': b'trial output\n', 'result.json': b'{"ok": true}',
+                        'config.gin': b'x', 'checkpoints/ckpt-1.index': b'i'}
+        for relative, data in write_remote.items():
+            run_dir.write_bytes(run_dir.join(URL, relative), data)
+        staged, local = self.open()
+        self.assertEqual(run_dir.list_files(local), {'config.gin': 1,
+                                                     'checkpoints/ckpt-1.index': 1})
+        # The trainer removes its checkpoint and writes files of the trial's names.
+        os.remove(os.path.join(local, 'checkpoints', 'ckpt-1.index'))
+        write(local, {'train.log': b'local', run_dir.LOCK_FILE: b''})
+        staged.sync()
+        staged.close()
+        self.assertEqual(self.run_objects(), {'train.log': b'trial output\n',
+                                              'result.json': b'{"ok": true}',
+                                              'config.gin': b'x'})
+
+    def test_a_second_staged_logdir_downloads_the_run(self):
+        first, local = self.open()
+        write(local, SAVE)
+        first.close()
+        self.assertFalse(os.path.exists(local))
+        self.assertNotIn(run_dir.LEASE_FILE, self.run_objects())
+        second, copy = self.open()
+        self.assertNotEqual(copy, local)
+        self.assertEqual({relative: run_dir.read_bytes(os.path.join(copy, relative))
+                          for relative in run_dir.list_files(copy)}, SAVE)
+        # Downloaded files are not uploaded again.
+        calls = self.record_uploads()
+        second.sync()
+        self.assertEqual(calls, [])
+
+    def test_close_releases_the_lease_and_removes_the_staging_dir(self):
+        staged, local = self.open()
+        self.assertIn(run_dir.LEASE_FILE, self.run_objects())
+        write(local, {'metrics.jsonl': b'{"step": 1}\n'})
+        staged.close()  # Syncs first.
+        self.assertEqual(self.run_objects(), {'metrics.jsonl': b'{"step": 1}\n'})
+        self.assertFalse(os.path.exists(local))
+        self.assertEqual(self.staging_dirs(), [])
+        staged.close()  # Twice is no error.
+
+    def test_close_without_sync(self):
+        staged, local = self.open()
+        write(local, {'metrics.jsonl': b'{"step": 1}\n'})
+        staged.close(sync=False)
+        self.assertEqual(self.run_objects(), {})
+        self.assertEqual(self.staging_dirs(), [])
+
+    def test_open_a_missing_bucket(self):
+        staged = remote_logdir.StagedLogdir('gs://missing-bucket/run', lease_ttl_s=4.0)
+        with self.assertRaises(run_dir.StorageError) as raised:
+            staged.open()
+        self.assertIn('missing-bucket', str(raised.exception))
+        self.assertIn('does not exist', str(raised.exception))
+        self.assertIsNone(staged.local)
+        self.assertEqual(self.staging_dirs(), [])
+        self.assertIsNone(staged._lease._generation)  # No lease taken, none renewed.
+        self.assertIsNone(staged._lease._thread)
+
+    def test_open_a_run_another_trainer_holds(self):
+        with mock.patch.object(lease_lib.socket, 'gethostname', return_value='machine-b'):
+            holder = lease_lib.Lease(URL, ttl_s=4.0).acquire()
+        self.addCleanup(holder.release)
+        write_remote = {'config.gin': b'x'}
+        for relative, data in write_remote.items():
+            run_dir.write_bytes(run_dir.join(URL, relative), data)
+        staged = remote_logdir.StagedLogdir(URL, lease_ttl_s=4.0)
+        with self.assertRaisesRegex(lease_lib.LeaseHeld, 'machine-b'):
+            staged.open()
+        self.assertIsNone(staged.local)
+        self.assertEqual(self.staging_dirs(), [])
+        self.assertEqual(self.run_objects()[run_dir.LEASE_FILE][:1], b'{')
+        self.assertIn('machine-b', self.run_objects()[run_dir.LEASE_FILE].decode())
+
+    def test_open_when_the_lease_cannot_be_written(self):
+        from google.api_core import exceptions
+        staged = remote_logdir.StagedLogdir(URL, lease_ttl_s=4.0)
+        with mock.patch.object(lease_lib.Lease, 'acquire', side_effect=exceptions.Forbidden(
+                'no storage.objects.create access to runs/run/.lease')):
+            with self.assertRaisesRegex(run_dir.StorageError, 'permission denied'):
+                staged.open()
+        self.assertIsNone(staged.local)
+        self.assertEqual(self.staging_dirs(), [])
+
+    def test_a_failed_upload_is_told_and_retried(self):
+        from google.api_core import exceptions
+        staged, local = self.open()
+        write(local, {'config.gin': b'x', 'metrics.jsonl': b'{"step": 1}\n'})
+        upload = run_dir.upload
+
+        def failing_upload(local_path, url):
+            if url.endswith('metrics.jsonl'):
+                raise exceptions.ServiceUnavailable('try again\nlater')
+            upload(local_path, url)
+
+        with mock.patch.object(run_dir, 'upload', failing_upload):
+            with self.assertRaises(run_dir.StorageError) as raised:
+                staged.sync()
+        self.assertIn('cannot access gs://runs/run', str(raised.exception))
+        self.assertNotIn('\n', str(raised.exception))
+        self.assertNotIn('metrics.jsonl', self.run_objects())
+        calls = self.record_uploads()
+        staged.sync()
+        self.assertEqual(calls, [('upload', 'metrics.jsonl')])
+        self.assertEqual(self.run_objects()['metrics.jsonl'], b'{"step": 1}\n')
+
+    def test_sync_after_the_lease_was_lost_uploads_nothing(self):
+        staged, local = self.open(lease_ttl_s=2.0)
+        self.emulator.client().bucket('runs').blob('run/' + run_dir.LEASE_FILE).upload_from_string(
+            b'{"pid": 1, "host": "machine-b", "expires": 1e12}')
+        with self.assertRaises(lease_lib.LeaseHeld):
+            staged._lease.renew()
+        write(local, {'metrics.jsonl': b'{"step": 1}\n'})
+        with self.assertRaisesRegex(lease_lib.LeaseHeld, 'lost the lease'):
+            staged.sync()
+        self.assertNotIn('metrics.jsonl', self.run_objects())
+        with self.assertRaises(lease_lib.LeaseHeld):
+            staged.close()
+        self.assertEqual(self.staging_dirs(), [])
+        self.assertIn('machine-b', self.run_objects()[run_dir.LEASE_FILE].decode())
+
+    def test_read_only(self):
+        run_dir.write_bytes(run_dir.join(URL, 'metrics.jsonl'), b'{"step": 1}\n')
+        staged, local = self.open(read_only=True)
+        self.assertEqual(run_dir.list_files(local), {'metrics.jsonl': 12})
+        write(local, {'config.gin': b'x'})
+        staged.close()
+        self.assertEqual(self.run_objects(), {'metrics.jsonl': b'{"step": 1}\n'})
+
+
+if __name__ == '__main__':
+    absltest.main()
