@@ -86,7 +86,7 @@ class DataflowStandInTest(absltest.TestCase):
         sdist = build_sdist(tree, os.path.join(self.dir, 'staging'))
         with tarfile.open(sdist) as archive:
             names = archive.getnames()
-        self.assertNotIn(True, [name.endswith('_test.py') for name in names])
+        self.assertFalse([name for name in names if name.endswith('_test.py')])
         self.bin = install_in_fresh_venv(sdist, os.path.join(self.dir, 'venv'))
         self.home = os.path.join(self.dir, 'home')  # Outside the repository, as on a worker.
         os.makedirs(self.home)

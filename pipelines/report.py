@@ -317,13 +317,10 @@ def storage_errors(url):
     """A failure to use URL `url` (library missing, no credentials, unknown bucket, permission
     denied) as a UsageError in one sentence."""
     try:
-        yield
-    except UsageError:
-        raise
+        with run_dir.storage_errors(url, keep=(UsageError,)):
+            yield
     except run_dir.StorageError as error:
         raise UsageError(str(error)) from error
-    except Exception as error:  # Each storage library raises its own types.
-        raise UsageError(run_dir.describe_error(url, error)) from error
 
 
 def _contains(directory, path):

@@ -108,7 +108,7 @@ def _run_in_bucket(trial, settings, logdir):
     run_dir.delete([run_dir.join(logdir, RESULT_FILE)])  # An earlier attempt's commit marker.
     began = time.time()
     with _LogUploader(log_path, earlier_log) as log:
-        returncode, output, timed_out = _train(trial, settings, logdir, None, log.update)
+        returncode, output, timed_out = _train(trial, settings, logdir, None, log.follow)
         wall_time = time.time() - began
         record = _result(trial, settings, logdir, returncode, output, timed_out, wall_time)
         log.finish(_log_entry(record, wall_time, output))
@@ -118,14 +118,14 @@ def _run_in_bucket(trial, settings, logdir):
 
 class _LogUploader:
     """Keeps `<trial>/train.log` in the bucket up to date: the earlier attempts' log, then the
-    running trainer's output, uploaded at most every LOG_UPLOAD_S seconds by a thread."""
+    running trainer's output file (`follow`), uploaded every LOG_UPLOAD_S seconds by a thread
+    when it changed."""
 
     def __init__(self, path, earlier):
         self._path = path
         self._earlier = earlier
-        self._output = None
+        self._output_path = None
         self._uploaded = None
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name='log-upload', daemon=True)
 
@@ -137,15 +137,16 @@ class _LogUploader:
         self._stop.set()
         self._thread.join()
 
-    def update(self, output):
-        with self._lock:
-            self._output = output
+    def follow(self, output_path):
+        """Uploads the file at `output_path` from now on."""
+        self._output_path = output_path
 
     def _loop(self):
         while not self._stop.wait(LOG_UPLOAD_S):
-            with self._lock:
-                text = self._output
-            if text is not None and text != self._uploaded:
+            if self._output_path is None:
+                continue
+            text = _read_all(self._output_path)
+            if text != self._uploaded:
                 with contextlib.suppress(Exception):  # The next upload or `finish` retries.
                     run_dir.write_text(self._path, self._earlier + _attempt_header() + text)
                     self._uploaded = text
@@ -184,10 +185,10 @@ def trainer_environment(settings):
     return env
 
 
-def _train(trial, settings, logdir, lock, on_output=None):
+def _train(trial, settings, logdir, lock, follow_output=None):
     """Runs the trainer; returns (returncode, its output, whether it timed out).
 
-    `on_output`, if given, gets the output so far every second while the trainer runs.
+    `follow_output`, if given, is told the path of the file the output goes to.
     """
     # Appended to by the trainer (O_APPEND), read through its own descriptor meanwhile.
     with tempfile.NamedTemporaryFile(mode='ab', prefix='trial-output-') as output:
@@ -196,22 +197,13 @@ def _train(trial, settings, logdir, lock, on_output=None):
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=trainer_environment(settings), start_new_session=True,
             pass_fds=(lock,) if lock is not None else ())
+        if follow_output:
+            follow_output(output.name)
         timed_out = False
-        deadline = None if settings.timeout_s is None else time.time() + settings.timeout_s
         try:
-            while True:
-                wait = 1.0 if on_output else None
-                if deadline is not None:
-                    wait = max(0.0, min(wait or math.inf, deadline - time.time()))
-                try:
-                    process.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    if deadline is not None and time.time() >= deadline:
-                        timed_out = True
-                        break
-                    if on_output:
-                        on_output(_read_all(output.name))
+            process.wait(timeout=settings.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
         finally:
             # Also reaps what the trainer started (environment workers) if it died first.
             _kill_group(process.pid)

@@ -180,11 +180,5 @@ def _process_runs(pid):
 
 
 def _held_message(url, holder):
-    who = f'pid {holder.get("pid", "?")}'
-    if holder.get('host'):
-        who += f' on {holder["host"]}'
-    if holder.get('started'):
-        who += f' since {holder["started"]}'
-    return (f'logdir {url} is in use by another trainer: {who} (it holds the lease '
-            f'{run_dir.LEASE_FILE} and renews it). Wait for it to finish or stop it, or choose '
-            'another --logdir.')
+    return run_dir.in_use_message(
+        url, holder, f' (it holds the lease {run_dir.LEASE_FILE} and renews it)')

@@ -119,12 +119,8 @@ class StagedLogdir:
 
 def _told_as_storage_error(url, function, *args, **kwargs):
     """`function(*args, **kwargs)`, its failures to reach `url` raised as StorageError."""
-    try:
+    with run_dir.storage_errors(url):
         return function(*args, **kwargs)
-    except run_dir.StorageError:
-        raise
-    except Exception as error:  # Each client library raises its own types.
-        raise run_dir.StorageError(run_dir.describe_error(url, error)) from error
 
 
 # What restoring a run's agent reads (evaluate, visualize and export of a bucket's run).

@@ -346,3 +346,30 @@ def _beam_cause(error):
     details = getattr(error, 'exception_details', None)
     inner = next(iter(details.values()), None) if isinstance(details, dict) else None
     return _beam_cause(inner) if isinstance(inner, Exception) else error
+
+
+@contextlib.contextmanager
+def storage_errors(url, keep=()):
+    """Raises a failure to use URL `url` (its client library's own exception types) as a
+    StorageError that tells it in one sentence; StorageErrors and the types in `keep` pass
+    unchanged."""
+    try:
+        yield
+    except (StorageError, *keep):
+        raise
+    except Exception as error:  # Each client library raises its own types.
+        raise StorageError(describe_error(url, error)) from error
+
+
+def in_use_message(logdir, holder, how=''):
+    """Why `logdir` is refused while another trainer holds it (`holder`: the pid, host,
+    start time and command line its lock or lease records; `how`: how it holds it)."""
+    who = f'pid {holder.get("pid", "?")}'
+    if holder.get('host'):
+        who += f' on {holder["host"]}'
+    if holder.get('started'):
+        who += f' since {holder["started"]}'
+    if holder.get('command'):
+        who += f' ({holder["command"]})'
+    return (f'logdir {logdir} is in use by another trainer: {who}{how}. Wait for it to finish '
+            'or stop it, or choose another --logdir.')

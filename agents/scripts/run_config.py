@@ -149,7 +149,7 @@ class LogdirLock:
         except BlockingIOError:
             holder = _read_holder(self._file)
             self._file.close()
-            raise ConfigError(_locked_message(logdir, holder)) from None
+            raise ConfigError(run_dir.in_use_message(logdir, holder)) from None
         self.previous_holder = _read_holder(self._file)
         self.holder = {'pid': os.getpid(), 'host': socket.gethostname(),
                        'started': time.strftime('%Y-%m-%d %H:%M:%S %z'),
@@ -186,7 +186,7 @@ def _check_unlocked(logdir):
             except BlockingIOError:
                 holder = _read_holder(f)
                 if holder.get('pid') != os.getpid():  # Not the lock of this very process.
-                    raise ConfigError(_locked_message(logdir, holder)) from None
+                    raise ConfigError(run_dir.in_use_message(logdir, holder)) from None
     except FileNotFoundError:
         pass
 
@@ -199,17 +199,6 @@ def _read_holder(file):
     except (OSError, ValueError):
         return {}
     return holder if isinstance(holder, dict) else {}
-
-
-def _locked_message(logdir, holder):
-    who = f'pid {holder.get("pid", "?")}'
-    if holder.get('host'):
-        who += f' on {holder["host"]}'
-    if holder.get('started'):
-        who += f' since {holder["started"]}'
-    command = f' ({holder["command"]})' if holder.get('command') else ''
-    return (f'logdir {logdir} is in use by another trainer: {who}{command}. Wait for it to '
-            'finish or stop it, or choose another --logdir.')
 
 
 def replace_directory(source, destination):
