@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ElementTree
 
 from absl.testing import absltest
 
-from pipelines import plots
+from pipelines import plots, run_reader
 
 SVG = '{http://www.w3.org/2000/svg}'
 CURVE = {'steps': [100, 200, 300, 400], 'mean': [-900.0, -500.0, None, -200.0],
@@ -97,6 +97,20 @@ class PlotsTest(absltest.TestCase):
         plots.run_curve(([100], [-900.0]), ([], []), self.path('b.svg'), 'run b')
         self.assertIn('training episodes', self.texts(self.read(self.path('a.svg'))))
         self.assertNotIn('training episodes', self.texts(self.read(self.path('b.svg'))))
+
+    def test_numbers_at_the_ends_of_the_range_the_report_takes(self):
+        big, last = run_reader.MAX_MAGNITUDE, run_reader.MAX_STEP
+        steps, returns = [0, last // 2, last], [-big, big, -big]
+        curve = {'steps': steps, 'mean': returns, 'lower': [-big] * 3, 'upper': [big] * 3}
+        plots.run_curve((steps, returns), (steps, returns), self.path('a.svg'), 'run')
+        plots.configuration_curve(curve, [('a', steps, returns)], self.path('b.svg'), 'c')
+        plots.learning_curves([('c', curve)], self.path('c.svg'))
+        plots.interval_estimates([('c', big, -big, big), ('d', -big, -big, -big)],
+                                 self.path('d.svg'))
+        plots.sensitivity('p', [(1e-3, '1e-3', returns, -big, -big, big),
+                                (big, '1e300', returns, big, -big, big)], self.path('e.svg'))
+        for name in 'abcde':
+            self.read(self.path(f'{name}.svg'), min_paths=3)
 
     def test_plain_text(self):
         self.assertEqual(plots.plain('a$b'), r'a\$b')

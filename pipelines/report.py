@@ -30,7 +30,8 @@ Exit codes:
   0  every run was read completely;
   3  the report was written, but some runs were skipped or read only in part (each is listed
      in the report with the reason: no evaluation results, a corrupt event file or
-     metrics.jsonl line, a failed trial, no exported policy for a video...);
+     metrics.jsonl line, a number out of range, a metrics.jsonl that is no regular file, a
+     failed trial, no exported policy for a video...);
   4  the report was written, but --input holds no runs;
   2  bad flags or paths: nothing was written;
   1  the pipeline failed: nothing was written.

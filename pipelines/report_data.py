@@ -84,7 +84,9 @@ def curve_grid(step_lists, max_points):
     steps = sorted(set().union(*map(set, step_lists)))
     if len(steps) <= max_points:
         return np.array(steps, np.int64)
-    return np.unique(np.round(np.linspace(steps[0], steps[-1], max_points)).astype(np.int64))
+    # Through Python ints: near 2^63 the float steps round past the last, beyond int64.
+    spaced = np.round(np.linspace(steps[0], steps[-1], max_points)).tolist()
+    return np.unique(np.array([min(int(step), steps[-1]) for step in spaced], np.int64))
 
 
 def on_grid(steps, returns, grid):
@@ -164,9 +166,19 @@ def sensitivity(name, configurations):
                        'lower': iqm['ci'][0], 'upper': iqm['ci'][1], 'config': config['id']})
     points.sort(key=lambda point: (_sort_value(point['text']), point['config']))
     for point in points:
-        if not isinstance(point['value'], (int, float, str)) or isinstance(point['value'], bool):
+        if not _placeable(point['value']):
             point['value'] = point['text']
     return points
+
+
+def _placeable(value):
+    """Whether the sensitivity plot can place a binding's value: a text, or a number within
+    the report's range (infinity or 1e999 would break its axis and report.json)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= run_reader.MAX_MAGNITUDE  # False for NaN.
 
 
 def sensitivity_plot(index):

@@ -80,6 +80,30 @@ class SummarizeConfigurationTest(absltest.TestCase):
                                             curve_bootstrap_reps=200))
         self.assertNotEqual(first['final']['iqm']['ci'], other_seed['final']['iqm']['ci'])
 
+    def test_grid_of_steps_up_to_the_int64_maximum(self):
+        last = run_reader.MAX_STEP
+        self.assertEqual(report_data.curve_grid([[0, 1, last]], 2).tolist(), [0, last])
+        grid = report_data.curve_grid([[0, last - 1, last]], 2)
+        self.assertEqual(grid.tolist(), [0, last])
+
+    def test_numbers_at_the_ends_of_the_range_give_finite_statistics(self):
+        big, last = run_reader.MAX_MAGNITUDE, run_reader.MAX_STEP
+        runs = [make_run(f'r{seed}', seed, [-big, big * (-1) ** seed, big],
+                         steps=[0, last // 2, last]) for seed in range(8)]
+        settings = report_data.Settings('/in', '/out', max_curve_points=2, bootstrap_reps=200,
+                                        curve_bootstrap_reps=50)
+        config = report_data.summarize_configuration(runs[0].config_key, runs, settings)
+        self.assertEqual(config['curve']['steps'], [0, last])
+        self.assertEqual(config['curve']['mean'], [-big, big])
+        for name in ('iqm', 'mean', 'median'):
+            self.assertEqual(config['final'][name], {'value': big, 'ci': [big, big]})
+        json.dumps(config, allow_nan=False)  # report.json must be strict JSON.
+        mixed = [make_run(f'm{seed}', seed, [big * (-1) ** seed]) for seed in range(8)]
+        config = report_data.summarize_configuration(mixed[0].config_key, mixed, settings)
+        self.assertEqual(config['final']['mean']['value'], 0.0)
+        self.assertEqual(config['final']['iqm']['ci'], [-big, big])
+        json.dumps(config, allow_nan=False)
+
 
 class BuildReportTest(absltest.TestCase):
 
@@ -174,6 +198,15 @@ class BuildReportTest(absltest.TestCase):
                                   "PPO.kl_target=0.01, PPO.objective='kl_penalty'"])
         points = report['plots']['sensitivity'][0]['points']
         self.assertEqual([point['text'] for point in points], ['0.01', '(unset)'])
+
+    def test_swept_values_out_of_range_are_placed_as_texts(self):
+        huge = '1' + '0' * 400
+        runs = [make_run('a', 0, [1.0], lr='0.01'), make_run('b', 0, [2.0], lr='1e999'),
+                make_run('c', 0, [3.0], lr=huge), make_run('d', 0, [4.0], lr='True')]
+        report = self.build(runs)
+        points = report['plots']['sensitivity'][0]['points']
+        self.assertEqual([point['value'] for point in points], [0.01, huge, '1e999', 'True'])
+        json.dumps(report, allow_nan=False)  # report.json must be strict JSON.
 
 
 class NamesTest(absltest.TestCase):

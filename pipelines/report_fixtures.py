@@ -151,3 +151,60 @@ def make_sweep(root, policy, damaged=True):
     with open(os.path.join(root, 'trials.jsonl'), 'w', encoding='utf-8') as f:
         f.write(''.join(json.dumps(record) + '\n' for record in records))
     return root
+
+
+# A metrics.jsonl of usable lines (1, 5) and of numbers no training gives, as a bug or damage
+# may leave them: a step beyond int64 (line 2), a return next to the float maximum (line 3),
+# a boolean step (line 4).
+EXTREME_METRICS = [
+    {'step': 256, 'mean_return': -800.0},
+    {'step': 10**19, 'mean_return': -700.0},
+    {'step': 512, 'mean_return': 1.7e308},
+    {'step': True, 'mean_return': -600.0},
+    {'step': 768, 'mean_return': -200.0},
+]
+# Runs whose metrics.jsonl is no regular file: their evaluations come from the event files.
+SPECIAL_METRICS = ('directory', 'dangling_symlink', 'fifo')
+
+
+def make_special_metrics(path, kind):
+    """Puts at `path` what `kind` names ('directory', 'dangling_symlink' to `path`.gone,
+    'fifo', 'device': a link to /dev/null, 'socket') in place of a file."""
+    if kind == 'directory':
+        os.mkdir(path)
+    elif kind == 'dangling_symlink':
+        os.symlink(path + '.gone', path)
+    elif kind == 'fifo':
+        os.mkfifo(path)
+    elif kind == 'device':
+        os.symlink(os.devnull, path)
+    elif kind == 'socket':
+        import socket
+
+        # A socket's path is limited to about 100 bytes: it is bound by its name in its folder.
+        cwd = os.getcwd()
+        os.chdir(os.path.dirname(path))
+        try:
+            with socket.socket(socket.AF_UNIX) as server:
+                server.bind(os.path.basename(path))
+        finally:
+            os.chdir(cwd)
+    else:
+        raise ValueError(f'unknown kind {kind!r}')
+    return path
+
+
+def make_extreme_runs(root):
+    """Runs the report must survive beside a normal one: `root`/normal, `root`/extreme (its
+    metrics.jsonl is `EXTREME_METRICS`) and `root`/special/<kind> for each `SPECIAL_METRICS`
+    kind, all of one configuration; each run's event files hold its usable evaluations."""
+    make_run(os.path.join(root, 'normal'), [-900.0, -300.0], seed=0)
+    extreme = make_run(os.path.join(root, 'extreme'), [-800.0, -200.0], steps=[256, 768],
+                       seed=1, metrics=False)
+    with open(os.path.join(extreme, 'metrics.jsonl'), 'w', encoding='utf-8') as f:
+        f.write(''.join(json.dumps(record) + '\n' for record in EXTREME_METRICS))
+    for seed, kind in enumerate(SPECIAL_METRICS, 2):
+        logdir = make_run(os.path.join(root, 'special', kind), [-700.0, -100.0 * seed],
+                          seed=seed, metrics=False)
+        make_special_metrics(os.path.join(logdir, 'metrics.jsonl'), kind)
+    return root

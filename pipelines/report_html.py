@@ -23,11 +23,14 @@ INDEX_FILE = 'index.html'
 
 
 def format_number(value):
-    """How the pages show a number: one decimal, three significant digits below 1."""
+    """How the pages show a number: one decimal, three significant digits below 1, four from
+    1e15 on."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return '—'
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
+    if abs(value) >= 1e15:  # Not hundreds of digits for a return of 1e300.
+        return f'{value:.4g}'
     return f'{value:.1f}' if abs(value) >= 1 else f'{value:.3g}'
 
 

@@ -62,6 +62,9 @@ class FormatNumberTest(absltest.TestCase):
         self.assertEqual(report_html.format_number(2048), '2048')
         self.assertEqual(report_html.format_number(None), '—')
         self.assertEqual(report_html.format_number(float('nan')), '—')
+        self.assertEqual(report_html.format_number(-1e300), '-1e+300')
+        self.assertEqual(report_html.format_number(123456789012345.6), '123456789012345.6')
+        self.assertEqual(report_html.format_number(1234567890123456.0), '1.235e+15')
 
 
 class RenderTest(absltest.TestCase):

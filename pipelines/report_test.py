@@ -1,5 +1,6 @@
 """End-to-end tests of //pipelines:report on a synthetic sweep with damaged runs."""
 
+import html
 import json
 import os
 import subprocess
@@ -237,6 +238,84 @@ class ReportTest(absltest.TestCase):
         self.assertEqual(process.returncode, 2)
         self.assertIn('report: error:', process.stderr)
         self.assertIn('seed', process.stderr)
+
+
+class ExtremeRunsTest(absltest.TestCase):
+    """One report, through the command line, of a normal run beside a run of numbers no
+    training gives and runs whose metrics.jsonl is no regular file (a FIFO among them)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        tmp = tempfile.mkdtemp(dir=absltest.get_default_test_tmpdir())
+        cls.root = report_fixtures.make_extreme_runs(os.path.join(tmp, 'runs'))
+        cls.output = os.path.join(tmp, 'report')
+        # Reading the FIFO would block: the timeout fails the test rather than hang it.
+        cls.process = subprocess.run(
+            [sys.executable, '-m', 'pipelines.report', f'--input={cls.root}',
+             f'--output_dir={cls.output}', '--novideos', '--bootstrap_reps=200',
+             '--curve_bootstrap_reps=50', IN_PROCESS],
+            env=dict(os.environ, PYTHONPATH=script_testing.ROOT), capture_output=True,
+            text=True, timeout=300, check=False)
+        path = os.path.join(cls.output, 'report.json')
+        cls.report = read_json(path) if os.path.exists(path) else None
+
+    def expected_problems(self):
+        symlink = os.path.join(self.root, 'special', 'dangling_symlink', 'metrics.jsonl')
+        return {
+            'extreme': [
+                'metrics.jsonl line 2: "step" 10000000000000000000 is out of range (0 to '
+                '2^63 - 1)',
+                'metrics.jsonl line 3: "mean_return" 1.7e+308 is out of range (-1e+300 to '
+                '1e+300)',
+                'metrics.jsonl line 4: "step" true is not an integer',
+            ],
+            'special/directory': [
+                'metrics.jsonl is a directory, not a regular file; not read'],
+            'special/dangling_symlink': [
+                f'metrics.jsonl is a symbolic link to {symlink}.gone, which does not exist; '
+                'not read'],
+            'special/fifo': [
+                'metrics.jsonl is a named pipe (FIFO), not a regular file; not read'],
+        }
+
+    def test_report_is_written_and_says_runs_were_read_in_part(self):
+        self.assertEqual(self.process.returncode, 3, self.process.stderr[-3000:])
+        self.assertNotIn('Traceback', self.process.stderr)
+        for name in ('index.html', 'report.json', 'plots/learning_curves.svg',
+                     'plots/iqm.svg'):
+            self.assertTrue(os.path.isfile(os.path.join(self.output, name)), name)
+        self.assertEqual(self.report['exit_code'], 3)
+        self.assertEqual(self.report['skipped'], [])
+        self.assertEqual(sorted(run['id'] for run in self.report['runs']),
+                         ['extreme', 'normal', 'special/dangling_symlink', 'special/directory',
+                          'special/fifo'])
+        for run in self.report['runs']:
+            self.assertTrue(os.path.isfile(os.path.join(self.output, run['page'])), run['id'])
+            self.assertTrue(os.path.isfile(os.path.join(self.output, run['plot'])), run['id'])
+
+    def test_each_bad_line_and_file_is_a_problem_of_its_run(self):
+        problems = {}
+        for entry in self.report['problems']:
+            problems.setdefault(entry['run'], []).append(entry['problem'])
+        self.assertEqual(problems, self.expected_problems())
+        with open(os.path.join(self.output, 'index.html'), encoding='utf-8') as f:
+            index = html.unescape(f.read())
+        for run, messages in self.expected_problems().items():
+            for message in messages:
+                self.assertIn(f'  problem {run}: {message}\n', self.process.stdout)
+                self.assertIn(message, index)
+
+    def test_the_usable_evaluations_of_those_runs_are_reported(self):
+        runs = {run['id']: run for run in self.report['runs']}
+        self.assertEqual((runs['extreme']['evaluations'], runs['extreme']['final_return'],
+                          runs['extreme']['env_steps']), (2, -200.0, 768))
+        for seed, kind in enumerate(report_fixtures.SPECIAL_METRICS, 2):
+            run = runs[f'special/{kind}']
+            self.assertEqual((run['evaluations'], run['final_return']), (2, -100.0 * seed))
+        (config,) = self.report['configurations']
+        self.assertEqual(sorted(config['scores']), [-400.0, -300.0, -300.0, -200.0, -200.0])
+        self.assertEqual(config['curve']['steps'], [256, 512, 768])  # Not the 1e19 step.
 
 
 class RenderVideoTest(absltest.TestCase):

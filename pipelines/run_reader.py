@@ -6,15 +6,18 @@ it this module reads
 
 - the gin bindings, parsed with gin's own parser, as `{'PPO.learning_rate': '0.001', ...}` (the
   value as written); runs whose bindings differ only in the seed form one configuration;
-- the evaluation curve: `metrics.jsonl` lines (a line that is not JSON or lacks a finite
-  `mean_return` is skipped and reported), or the `eval/mean_return` summaries when that file
-  gives nothing;
+- the evaluation curve: `metrics.jsonl` lines (a line that is not JSON, lacks a finite
+  `mean_return` or holds a number out of range, see `MAX_STEP` and `MAX_MAGNITUDE`, is skipped
+  and reported), or the `eval/mean_return` summaries when that file gives nothing;
 - the training-episode returns from the event files (TF2 writes scalars as tensors); a
-  truncated or corrupt file is read up to the damage, which is reported;
+  truncated or corrupt file is read up to the damage, which is reported, and values out of
+  range are skipped and reported;
 - the latest exported policy, for the evaluation video.
 
 Nothing here raises for a damaged run: what could not be read becomes `Run.problems` (the run
-is still used) or `Run.error` (the run is skipped), each a sentence naming the file.
+is still used) or `Run.error` (the run is skipped), each a sentence naming the file. A file
+that is no regular file (a directory, a dangling symbolic link, a FIFO, a socket or device) is
+such a problem and is never opened: opening a FIFO would block until some writer came.
 
 A sweep's `trials.jsonl` (pipelines/sweep.py) adds each trial's status, seed and bindings; a
 trial the sweep recorded as failed is skipped with its error.
@@ -34,6 +37,8 @@ import json
 import math
 import os
 import re
+import stat
+import sys
 import tempfile
 import tokenize
 from typing import Any
@@ -53,6 +58,18 @@ TRIALS_FILE = 'trials.jsonl'
 EVAL_TAG = 'eval/mean_return'
 TRAIN_RETURN_TAG = 'train/episode_return'
 SEED_BINDING = 'train.seed'
+# Steps are int64 in the report's arrays, as in the trainer's step counter.
+MAX_STEP = 2**63 - 1
+# The largest magnitude of a return the report takes. Larger ones come from bugs or damage,
+# not training, and break its arithmetic: matplotlib's axis ticks overflow for ranges above
+# about 1e307, and the statistics sum the returns of a configuration's runs. 1e300 leaves a
+# factor of 10^8 below the float maximum (1.8e308).
+MAX_MAGNITUDE = 1e300
+_STEP_RANGE = '0 to 2^63 - 1'
+_VALUE_RANGE = f'{-MAX_MAGNITUDE:g} to {MAX_MAGNITUDE:g}'
+_FILE_KINDS = {stat.S_IFDIR: 'a directory', stat.S_IFIFO: 'a named pipe (FIFO)',
+               stat.S_IFSOCK: 'a socket', stat.S_IFCHR: 'a character device',
+               stat.S_IFBLK: 'a block device'}
 
 
 @dataclasses.dataclass
@@ -199,7 +216,14 @@ def _read_trials(path, is_directory=os.path.isdir):
     join = run_dir.join if run_dir.is_remote(path) else os.path.join
     base = path.rsplit('/', 1)[0] if run_dir.is_remote(path) else os.path.dirname(path)
     trials, problems = {}, []
-    for number, record, problem in _json_lines(path):
+    trouble = None if run_dir.is_remote(path) else file_trouble(path)
+    if trouble:
+        return trials, [not_read(path, trouble)]
+    try:
+        lines = list(_json_lines(path))
+    except OSError as error:
+        return trials, [not_read(path, unreadable(error))]
+    for number, record, problem in lines:
         if problem:
             problems.append(f'{path} {problem}')
             continue
@@ -214,13 +238,58 @@ def _read_trials(path, is_directory=os.path.isdir):
     return trials, problems
 
 
+def file_trouble(path):
+    """What keeps local `path` from being read as a file ('a directory, not a regular file',
+    ...), or None for a regular file or nothing at all.
+
+    Only looks (stat, readlink): opening a FIFO would block until some writer came.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        try:
+            return f'a symbolic link to {os.readlink(path)}, which does not exist'
+        except OSError:  # Nothing there (or it went since).
+            return None
+    except OSError as error:  # A loop of links, a folder on the way that denies access...
+        return unreadable(error)
+    if stat.S_ISREG(mode):
+        return None
+    return f'{_FILE_KINDS.get(stat.S_IFMT(mode), "a special file")}, not a regular file'
+
+
+def unreadable(error):
+    """The `file_trouble` of a file that opening or reading failed with OSError `error`."""
+    return f'unreadable ({error.strerror or error})'
+
+
+def not_read(name, trouble):
+    """The problem of a file that was not read for its `file_trouble`."""
+    return f'{name} is {trouble}; not read'
+
+
+def _open_regular(path):
+    """A local file opened for text reading, refused (OSError) unless it is a regular file.
+
+    O_NONBLOCK: a FIFO put in place since `file_trouble` looked must not block the open.
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(f'{path} is not a regular file')
+        return open(descriptor, encoding='utf-8', errors='replace')
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def _json_lines(path):
     """Yields (line number, parsed object or None, problem or None) of a JSON-lines file."""
     if run_dir.is_remote(path):
         lines = io.TextIOWrapper(io.BytesIO(run_dir.read_bytes(path)), encoding='utf-8',
                                  errors='replace')
     else:
-        lines = open(path, encoding='utf-8', errors='replace')
+        lines = _open_regular(path)
     with lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -229,6 +298,11 @@ def _json_lines(path):
                 yield number, json.loads(line), None
             except json.JSONDecodeError as error:
                 yield number, None, f'line {number}: not JSON ({error.msg})'
+            except ValueError:  # Python refuses to convert integers of too many digits.
+                yield number, None, (f'line {number}: not JSON (a number of more than '
+                                     f'{sys.get_int_max_str_digits()} digits)')
+            except RecursionError:
+                yield number, None, f'line {number}: not JSON (nested too deeply)'
 
 
 def parse_bindings(text):
@@ -280,22 +354,50 @@ def config_key(bindings, ignore=(SEED_BINDING,)):
 
 
 def read_metrics(path):
-    """(steps, returns, problems) of a `metrics.jsonl`, skipping unusable lines."""
+    """(steps, returns, problems) of a local `metrics.jsonl`, skipping unusable lines.
+
+    Raises:
+      OSError: the file cannot be read, or is no regular file.
+    """
     steps, returns, problems = [], [], []
     for number, record, problem in _json_lines(path):
+        if problem is None:
+            problem = _metrics_problem(record)
+            problem = problem and f'line {number}: {problem}'
         if problem:
             problems.append(f'{METRICS_FILE} {problem}')
             continue
-        step = record.get('step') if isinstance(record, dict) else None
-        value = record.get('mean_return') if isinstance(record, dict) else None
-        if (not isinstance(step, int) or isinstance(value, bool) or
-                not isinstance(value, (int, float)) or not math.isfinite(value)):
-            problems.append(f'{METRICS_FILE} line {number}: no integer "step" and finite '
-                            '"mean_return"')
-            continue
-        steps.append(step)
-        returns.append(float(value))
+        steps.append(record['step'])
+        returns.append(float(record['mean_return']))
     return steps, returns, problems
+
+
+def _metrics_problem(record):
+    """Why a metrics.jsonl record is no point of the curve, or None."""
+    if not isinstance(record, dict):
+        return 'no integer "step" and finite "mean_return"'
+    step, value = record.get('step'), record.get('mean_return')
+    if 'step' in record and (isinstance(step, bool) or not isinstance(step, int)):
+        return f'"step" {_quoted(step)} is not an integer'
+    if (step is None or isinstance(value, bool) or not isinstance(value, (int, float)) or
+            not _is_finite(value)):
+        return 'no integer "step" and finite "mean_return"'
+    if not 0 <= step <= MAX_STEP:
+        return f'"step" {_quoted(step)} is out of range ({_STEP_RANGE})'
+    if abs(value) > MAX_MAGNITUDE:
+        return f'"mean_return" {_quoted(value)} is out of range ({_VALUE_RANGE})'
+    return None
+
+
+def _is_finite(value):
+    """`math.isfinite`, also for integers too large for a float (which are finite)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _quoted(value, limit=40):
+    """A JSON value as a message quotes it; a long one is cut."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
@@ -308,22 +410,31 @@ def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
     problems = []
     for path in paths:
         records, damage = _records(path)
+        out_of_range = {}  # {tag: [steps of values not finite or beyond MAX_MAGNITUDE]}
         try:
             for record in records:
                 event = event_pb2.Event.FromString(record)
                 for value in event.summary.value:
                     if value.tag in scalars:
                         number = _scalar(value)
-                        if number is not None:
+                        if number is None:
+                            continue
+                        if math.isfinite(number) and abs(number) <= MAX_MAGNITUDE:
                             scalars[value.tag][event.step] = number
+                        else:
+                            out_of_range.setdefault(value.tag, []).append(event.step)
         except Exception as error:  # A record that is not an Event, a tensor of no number...
             damage = f'{type(error).__name__}: {error}'
+        name = os.path.basename(path)
         if damage:
-            problems.append(f'{os.path.basename(path)} is damaged ({damage}); read the '
-                            f'{len(records)} events before it')
+            problems.append(f'{name} is damaged ({damage}); read the {len(records)} events '
+                            'before it')
+        problems += [f'{name}: {len(steps)} {tag} value(s) not finite or out of range '
+                     f'({_VALUE_RANGE}), the first at step {steps[0]}; skipped'
+                     for tag, steps in out_of_range.items()]
     result = {}
     for tag, values in scalars.items():
-        steps = sorted(step for step in values if math.isfinite(values[step]))
+        steps = sorted(values)
         result[tag] = (steps, [values[step] for step in steps])
     return result, problems
 
@@ -434,17 +545,7 @@ def _read_into(run, logdir, trial, ignore_bindings):
     """Reads the files of `run` in local directory `logdir` (its logdir or a copy)."""
     if trial is not None and trial.get('status') == 'failed':
         run.error = f'the sweep recorded this trial as failed{_trial_error_suffix(trial)}'
-    config = next((os.path.join(logdir, name) for name in CONFIG_FILES
-                   if os.path.isfile(os.path.join(logdir, name))), None)
-    if config is not None:
-        with open(config, encoding='utf-8', errors='replace') as f:
-            try:
-                run.bindings = parse_bindings(f.read())
-            except ValueError as error:
-                run.problems.append(f'{os.path.basename(config)} is not valid gin: {error}')
-    else:
-        run.problems.append(f'no {run_dir.OPERATIVE_CONFIG_FILE}: the configuration is '
-                            'unknown' + (', taken from the sweep' if trial else ''))
+    _read_config(run, logdir, trial)
     if not run.bindings and trial is not None:
         run.bindings = _trial_bindings(trial)
     seed = literal(run.bindings[SEED_BINDING]) if SEED_BINDING in run.bindings else None
@@ -453,25 +554,74 @@ def _read_into(run, logdir, trial, ignore_bindings):
     run.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     run.config_key = config_key(run.bindings, ignore_bindings)
 
-    metrics = os.path.join(logdir, METRICS_FILE)
-    if os.path.isfile(metrics):
-        run.eval_steps, run.eval_returns, problems = read_metrics(metrics)
-        run.problems += problems
-    events = sorted(os.path.join(logdir, name) for name in os.listdir(logdir)
-                    if fnmatch.fnmatch(name, EVENTS_PATTERN))
+    metrics_state = _read_metrics_into(run, os.path.join(logdir, METRICS_FILE))
+    event_names = sorted(name for name in os.listdir(logdir)
+                         if fnmatch.fnmatch(name, EVENTS_PATTERN))
+    events = []
+    for name in event_names:
+        trouble = file_trouble(os.path.join(logdir, name))
+        if trouble:
+            run.problems.append(not_read(name, trouble))
+        else:
+            events.append(os.path.join(logdir, name))
     if events:
         scalars, problems = read_events(events)
         run.problems += problems
         run.train_steps, run.train_returns = scalars[TRAIN_RETURN_TAG]
         if not run.eval_returns:
             run.eval_steps, run.eval_returns = scalars[EVAL_TAG]
-    else:
+    elif not event_names:
         run.problems.append('no TensorBoard event files: no training curve')
     if not run.eval_returns and run.error is None:
-        run.error = (f'no evaluation results: {METRICS_FILE} is '
-                     f'{"unusable" if os.path.isfile(metrics) else "missing"} and the event '
-                     f'files hold no {EVAL_TAG}')
+        # A state with commas ('a directory, not a regular file') ends with one.
+        comma = ',' if ',' in metrics_state else ''
+        run.error = (f'no evaluation results: {METRICS_FILE} is {metrics_state}{comma} and the '
+                     f'event files hold no {EVAL_TAG}')
     _sort_curve(run)
+
+
+def _read_config(run, logdir, trial):
+    """Reads the bindings of the run's gin file into `run`; a missing or unreadable one is a
+    problem."""
+    for name in CONFIG_FILES:
+        path = os.path.join(logdir, name)
+        if not os.path.lexists(path):
+            continue
+        trouble = file_trouble(path)
+        if trouble:
+            run.problems.append(not_read(name, trouble))
+            continue
+        try:
+            with _open_regular(path) as f:
+                text = f.read()
+        except OSError as error:
+            run.problems.append(not_read(name, unreadable(error)))
+            continue
+        try:
+            run.bindings = parse_bindings(text)
+        except ValueError as error:
+            run.problems.append(f'{name} is not valid gin: {error}')
+        return
+    if not any(os.path.lexists(os.path.join(logdir, name)) for name in CONFIG_FILES):
+        run.problems.append(f'no {run_dir.OPERATIVE_CONFIG_FILE}: the configuration is '
+                            'unknown' + (', taken from the sweep' if trial else ''))
+
+
+def _read_metrics_into(run, path):
+    """Reads the evaluations of metrics.jsonl at `path` into `run`; returns what the file is
+    for a run without evaluations ('missing', 'unusable' or its `file_trouble`)."""
+    if not os.path.lexists(path):
+        return 'missing'
+    trouble = file_trouble(path)
+    if trouble is None:
+        try:
+            run.eval_steps, run.eval_returns, problems = read_metrics(path)
+            run.problems += problems
+            return 'unusable'
+        except OSError as error:
+            trouble = unreadable(error)
+    run.problems.append(not_read(METRICS_FILE, trouble))
+    return trouble
 
 
 def _sort_curve(run):

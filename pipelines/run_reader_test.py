@@ -1,12 +1,49 @@
 """Tests of reading runs back, whole and damaged."""
 
+import errno
 import json
 import os
+import threading
+from unittest import mock
 
 import tensorflow as tf
 from absl.testing import absltest
 
 from pipelines import report_fixtures, run_reader
+
+
+def release_fifos(paths):
+    """Gives each FIFO's blocked reader an end of file: a writer that opens and closes it."""
+    for path in paths:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # No reader has it open.
+            pass
+
+
+def call_without_blocking(test, function, fifos, timeout=60.0):
+    """`function()`, failing `test` if it is still running after `timeout` seconds: then it
+    blocks on one of `fifos`, which are released so that nothing is left hanging."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(function()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        release_fifos(fifos)
+        thread.join(timeout)
+        test.fail(f'blocked for {timeout} s reading a FIFO of {fifos}')
+    test.assertLen(result, 1)  # The function raised if it returned nothing.
+    return result[0]
+
+
+def write_double_events(logdir, tag, values):
+    """An event file of float64 scalars {step: value}, which tf.summary (float32) cannot write."""
+    with tf.io.TFRecordWriter(os.path.join(logdir, 'events.out.tfevents.2.double')) as writer:
+        for step, value in values.items():
+            tensor = tf.make_tensor_proto(value, dtype=tf.float64)
+            event = tf.compat.v1.Event(step=step, summary=tf.compat.v1.Summary(
+                value=[tf.compat.v1.Summary.Value(tag=tag, tensor=tensor)]))
+            writer.write(event.SerializeToString())
 
 
 class ParseBindingsTest(absltest.TestCase):
@@ -168,13 +205,127 @@ class ReadRunTest(absltest.TestCase):
         self.assertEqual(run.eval_steps, [256, 512, 768])
         self.assertEqual(run.eval_returns, [-900.0, -400.0, -350.0])
 
-    def test_metrics_path_that_is_not_a_file_is_ignored(self):
-        logdir = self.make('a')
-        os.remove(os.path.join(logdir, 'metrics.jsonl'))
-        os.mkdir(os.path.join(logdir, 'metrics.jsonl'))
+    def test_out_of_range_metrics_lines_are_skipped_and_reported(self):
+        logdir = self.make('a', metrics=False)
+        lines = [
+            {'step': 100, 'mean_return': -1e300},  # The range's ends are taken.
+            {'step': 10**19, 'mean_return': -5.0},
+            {'step': -1, 'mean_return': -5.0},
+            {'step': 2**63, 'mean_return': -5.0},
+            {'step': True, 'mean_return': -5.0},
+            {'step': 1.5, 'mean_return': -5.0},
+            {'step': '300', 'mean_return': -5.0},
+            {'step': 300, 'mean_return': 1.7e308},
+            {'step': 300, 'mean_return': -1.0000001e300},
+            {'step': 300, 'mean_return': 10**400},
+            {'step': 300, 'mean_return': float('inf')},
+            {'step': 300, 'mean_return': None},
+            {'step': 2**63 - 1, 'mean_return': 1e300},
+        ]
+        with open(os.path.join(logdir, 'metrics.jsonl'), 'w') as f:
+            f.write(''.join(json.dumps(line) + '\n' for line in lines))
+            f.write('{"step": 400, "mean_return": ' + '1' * 5000 + '}\n')
+            f.write('[' * 100_000 + '\n')
         run = run_reader.read_run(logdir, self.root)
         self.assertIsNone(run.error)
-        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])  # From the events.
+        self.assertEqual((run.eval_steps, run.eval_returns), ([100, 2**63 - 1], [-1e300, 1e300]))
+        self.assertEqual(run.problems, [
+            'metrics.jsonl line 2: "step" 10000000000000000000 is out of range (0 to 2^63 - 1)',
+            'metrics.jsonl line 3: "step" -1 is out of range (0 to 2^63 - 1)',
+            'metrics.jsonl line 4: "step" 9223372036854775808 is out of range (0 to 2^63 - 1)',
+            'metrics.jsonl line 5: "step" true is not an integer',
+            'metrics.jsonl line 6: "step" 1.5 is not an integer',
+            'metrics.jsonl line 7: "step" "300" is not an integer',
+            'metrics.jsonl line 8: "mean_return" 1.7e+308 is out of range (-1e+300 to 1e+300)',
+            'metrics.jsonl line 9: "mean_return" -1.0000001e+300 is out of range (-1e+300 to '
+            '1e+300)',
+            'metrics.jsonl line 10: "mean_return" 1000000000000000000000000000000000000... is '
+            'out of range (-1e+300 to 1e+300)',
+            'metrics.jsonl line 11: no integer "step" and finite "mean_return"',
+            'metrics.jsonl line 12: no integer "step" and finite "mean_return"',
+            'metrics.jsonl line 14: not JSON (a number of more than 4300 digits)',
+            'metrics.jsonl line 15: not JSON (nested too deeply)',
+        ])
+
+    def test_metrics_that_is_no_regular_file_is_a_problem(self):
+        logdir = self.make('a')
+        metrics = os.path.join(logdir, 'metrics.jsonl')
+        kinds = {
+            'directory': 'a directory, not a regular file',
+            'dangling_symlink': f'a symbolic link to {metrics}.gone, which does not exist',
+            'fifo': 'a named pipe (FIFO), not a regular file',
+            'device': 'a character device, not a regular file',
+            'socket': 'a socket, not a regular file',
+        }
+        for kind, trouble in kinds.items():
+            with self.subTest(kind):
+                if os.path.isdir(metrics) and not os.path.islink(metrics):
+                    os.rmdir(metrics)
+                elif os.path.lexists(metrics):
+                    os.remove(metrics)
+                report_fixtures.make_special_metrics(metrics, kind)
+                run = call_without_blocking(
+                    self, lambda: run_reader.read_run(logdir, self.root), [metrics])
+                self.assertIsNone(run.error)
+                self.assertEqual(run.problems, [f'metrics.jsonl is {trouble}; not read'])
+                self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])  # From the events.
+
+    def test_unreadable_metrics_is_a_problem(self):
+        logdir = self.make('a')
+        denied = PermissionError(errno.EACCES, 'Permission denied')
+        with mock.patch.object(run_reader, '_open_regular', side_effect=denied):
+            run = run_reader.read_run(logdir, self.root)
+        self.assertIsNone(run.error)
+        self.assertEqual(run.problems, ['operative_config.gin is unreadable (Permission '
+                                        'denied); not read',
+                                        'metrics.jsonl is unreadable (Permission denied); not '
+                                        'read'])
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
+
+    def test_metrics_swapped_for_a_fifo_after_the_look_is_not_read(self):
+        logdir = self.make('a')
+        metrics = os.path.join(logdir, 'metrics.jsonl')
+        os.remove(metrics)
+        os.mkfifo(metrics)
+        with mock.patch.object(run_reader, 'file_trouble', return_value=None):
+            run = call_without_blocking(
+                self, lambda: run_reader.read_run(logdir, self.root), [metrics])
+        self.assertIn(f'metrics.jsonl is unreadable ({metrics} is not a regular file); not '
+                      'read', run.problems)
+
+    def test_special_files_without_evaluations_elsewhere_skip_the_run(self):
+        logdir = self.make('a', metrics=False, events=False)
+        report_fixtures.make_special_metrics(os.path.join(logdir, 'metrics.jsonl'), 'fifo')
+        run = call_without_blocking(self, lambda: run_reader.read_run(logdir, self.root),
+                                    [os.path.join(logdir, 'metrics.jsonl')])
+        self.assertEqual(run.error, 'no evaluation results: metrics.jsonl is a named pipe '
+                         '(FIFO), not a regular file, and the event files hold no '
+                         'eval/mean_return')
+
+    def test_config_and_event_files_that_are_no_regular_files(self):
+        logdir = self.make('a', events=False)
+        config = os.path.join(logdir, 'operative_config.gin')
+        os.remove(config)
+        os.mkfifo(config)
+        events = os.path.join(logdir, 'events.out.tfevents.1.fifo')
+        os.mkfifo(events)
+        run = call_without_blocking(self, lambda: run_reader.read_run(logdir, self.root),
+                                    [config, events])
+        self.assertIsNone(run.error)
+        self.assertEqual(run.problems, [
+            'operative_config.gin is a named pipe (FIFO), not a regular file; not read',
+            'events.out.tfevents.1.fifo is a named pipe (FIFO), not a regular file; not read'])
+        self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
+
+    def test_event_values_out_of_range_are_skipped_and_reported(self):
+        logdir = self.make('a', metrics=False, events=False)
+        write_double_events(logdir, 'eval/mean_return', {
+            100: -5.0, 200: 1.7e308, 300: float('nan'), 400: -1e300, 500: -2e300})
+        run = run_reader.read_run(logdir, self.root)
+        self.assertEqual((run.eval_steps, run.eval_returns), ([100, 400], [-5.0, -1e300]))
+        self.assertEqual(run.problems, [
+            'events.out.tfevents.2.double: 3 eval/mean_return value(s) not finite or out of '
+            'range (-1e+300 to 1e+300), the first at step 200; skipped'])
 
     def test_run_that_vanished_is_an_error_not_an_exception(self):
         run = run_reader.read_run(os.path.join(self.root, 'gone'), self.root)
@@ -242,6 +393,20 @@ class FindRunsTest(absltest.TestCase):
                                         'train.env_id': "'Pendulum-v1'"})
         self.assertEqual(run.seed, 4)
         self.assertIn('taken from the sweep', run.problems[0])
+
+    def test_trials_file_that_is_no_regular_file_is_a_problem(self):
+        logdir = self.make('trials/t1')
+        trials = os.path.join(self.root, 'trials.jsonl')
+        for kind, trouble in (
+                ('fifo', 'a named pipe (FIFO), not a regular file'),
+                ('dangling_symlink', f'a symbolic link to {trials}.gone, which does not exist')):
+            with self.subTest(kind):
+                report_fixtures.make_special_metrics(trials, kind)
+                discovery = call_without_blocking(
+                    self, lambda: run_reader.find_runs(self.root), [trials])
+                self.assertEqual(discovery.runs, [(logdir, None)])
+                self.assertEqual(discovery.problems, [f'{trials} is {trouble}; not read'])
+                os.remove(trials)
 
     def test_missing_input(self):
         with self.assertRaisesRegex(NotADirectoryError, 'not a directory'):

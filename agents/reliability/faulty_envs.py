@@ -10,7 +10,8 @@ environment instance, across episodes), does one of:
     'nan_observation'  the step returns a NaN observation;
     'hang'             the step never returns.
 
-With `once_marker` (a file path) the fault strikes once over all processes: the instance that
+With `hang_on_make` (a file path) making the environment hangs instead (after creating that
+file). With `once_marker` (a file path) the fault strikes once over all processes: the instance that
 creates the marker file. With `workers_only` it strikes only in a BatchEnv worker process, never
 in the trainer's own process (which also hosts the in-process evaluation environments). The
 trainer reaches it by the id `ENV_ID` (gymnasium imports this module for it, also in worker
@@ -77,7 +78,13 @@ class FaultyEnv(gym.Wrapper):
         return True
 
 
-def make_faulty_pendulum(render_mode=None, **fault_kwargs):
+def make_faulty_pendulum(render_mode=None, hang_on_make=None, **fault_kwargs):
+    """The faulty env; with `hang_on_make` (a file path), creates that file and never returns,
+    as an environment stuck loading its assets would."""
+    if hang_on_make is not None:
+        with open(hang_on_make, 'w', encoding='utf-8'):
+            pass
+        threading.Event().wait()
     return FaultyEnv(pendulum.PendulumEnv(render_mode=render_mode), **fault_kwargs)
 
 

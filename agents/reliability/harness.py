@@ -126,6 +126,38 @@ class Binary:
         self._log.close()
 
 
+def processes():
+    """{pid: (parent pid, session id, state letter)} of the live processes of the machine."""
+    found = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f'/proc/{entry}/stat', encoding='ascii', errors='replace') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != 'Z':  # A zombie has ended; it waits to be reaped.
+            found[int(entry)] = (int(fields[1]), int(fields[3]), fields[0])
+    return found
+
+
+def session_pids(session):
+    """Pids of the live processes of `session` (a Binary's pid is its session's id)."""
+    return sorted(pid for pid, (_, sid, _) in processes().items() if sid == session)
+
+
+def env_worker_pids(binary):
+    """Pids of the environment workers of a training binary: the children of its forkserver,
+    the one child of the binary that has children of its own."""
+    table = processes()
+    children = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    return sorted(worker for child in children.get(binary.pid, ())
+                  for worker in children.get(child, ()))
+
+
 def checkpoint_dir(logdir):
     return os.path.join(logdir, trainer.CHECKPOINT_DIR)
 

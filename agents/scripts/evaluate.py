@@ -24,7 +24,7 @@ from agents.tools import evaluation
 flags.DEFINE_string('policy', None, 'Directory of an exported policy (a SavedModel).')
 flags.DEFINE_string('logdir', None, 'Log directory of a training run, instead of --policy.')
 flags.DEFINE_string('checkpoint', None, 'With --logdir: a step number of the run or a '
-                    'checkpoint path; default the latest.')
+                    'checkpoint path; default the latest that reads back.')
 flags.DEFINE_string('env_id', None, 'Gymnasium environment id; default the one trained on.')
 flags.DEFINE_integer('num_episodes', 10, 'Episodes to run.')
 flags.DEFINE_integer('seed', 0, 'Episode i resets the environment with seed seed + i.')
@@ -73,6 +73,8 @@ def load_policy(copies):
         logdir = run_config.resolve_path(FLAGS.logdir)
         run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
                                     FLAGS.checkpoint)
+        if run.fallback_warning:
+            logging.warning('%s', copies.named(run.fallback_warning))
         policy = restore.AgentPolicy(run.agent)
         environment = run.environment
         spaces = run.observation_space, run.action_space

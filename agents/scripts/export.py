@@ -19,7 +19,7 @@ from agents.scripts import log_noise, run_config
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
 flags.DEFINE_string('checkpoint', None, 'Checkpoint to export: a step number of the run or a '
-                    'checkpoint path; default the latest.')
+                    'checkpoint path; default the latest that reads back.')
 flags.DEFINE_string('outdir', None, 'SavedModel directory to write; default '
                     '<logdir>/policy/<step>. An earlier export there is replaced.')
 
@@ -68,6 +68,8 @@ def export_policy(copies):
             check_outdir(outdir)
         run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
                                     FLAGS.checkpoint)
+        if run.fallback_warning:
+            logging.warning('%s', copies.named(run.fallback_warning))
         if outdir is None:
             outdir = run_dir.join(logdir, policy_export.POLICY_DIR, str(run.step))
             check_outdir(outdir)

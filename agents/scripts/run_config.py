@@ -90,9 +90,8 @@ def check_logdir(logdir, config):
     if os.path.isfile(config_path):
         with open(config_path, encoding='utf-8') as f:
             stored = f.read()
-        if stored != config:
-            diff = ''.join(difflib.unified_diff(
-                stored.splitlines(True), config.splitlines(True), 'logdir config', 'this run'))
+        diff = config_difference(stored, config, 'logdir config', 'this run')
+        if diff:
             raise ConfigError(
                 f'logdir {logdir} holds a run of a different configuration; use another '
                 f'--logdir or the same flags. Difference:\n{diff}')
@@ -110,6 +109,15 @@ def check_logdir(logdir, config):
         raise ConfigError(f'cannot write to logdir {logdir}: {parent} is not a writable '
                           'directory')
     return False
+
+
+def config_difference(stored, config, stored_name, config_name):
+    """The unified diff from configuration `stored` to `config` ('' when they are the same):
+    what a run of another configuration is refused with."""
+    if stored == config:
+        return ''
+    return ''.join(difflib.unified_diff(
+        stored.splitlines(True), config.splitlines(True), stored_name, config_name))
 
 
 def prepare_logdir(logdir, config):

@@ -93,6 +93,12 @@ class PrepareLogdirTest(absltest.TestCase):
         with open(os.path.join(logdir.full_path, run_config.CONFIG_FILE)) as f:
             self.assertEqual(f.read(), 'x = 1\n')
 
+    def test_config_difference(self):
+        self.assertEqual(run_config.config_difference('x = 1\n', 'x = 1\n', 'a', 'b'), '')
+        self.assertEqual(run_config.config_difference('x = 1\ny = 2\n', 'x = 1\ny = 3\n',
+                                                      'a', 'b'),
+                         '--- a\n+++ b\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\n')
+
     def test_foreign_non_empty_directory_is_refused(self):
         logdir = self.create_tempdir()
         logdir.create_file('notes.txt', 'mine')

@@ -8,7 +8,9 @@ trainer is using, is refused.
 Everything the configuration can get wrong is checked before the logdir is touched. Exit status:
 0 when the run reached its budget; 1 on bad input or when training stopped on a fault (the
 message, `train: error: ...`, names it and what was kept); 128 + the signal's number (143 for
-SIGTERM, 130 for SIGINT / Ctrl-C) when a signal stopped the run after saving a checkpoint.
+SIGTERM, 130 for SIGINT / Ctrl-C) when a signal stopped the run: before training began, at once;
+during training, after the current compiled call and a checkpoint (see trainer.py); a second
+signal stops it at once.
 """
 
 import datetime
@@ -27,6 +29,7 @@ from absl import app, flags, logging  # noqa: E402
 from agents.algorithms.ppo import trainer  # noqa: E402
 from agents.runs import remote_logdir, run_dir  # noqa: E402
 from agents.scripts import log_noise, run_config  # noqa: E402
+from agents.tools import stop_signals  # noqa: E402
 
 gc.freeze()
 if _collecting:
@@ -58,6 +61,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     log_noise.quiet()
+    with stop_signals.StopSignals() as signals:
+        sys.exit(_main(signals))
+
+
+def _main(signals):
+    """Checks, prepares and trains; returns the exit status (or an error message)."""
     staged = None
     try:
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
@@ -71,21 +80,31 @@ def main(argv):
         else:
             local = logdir
         run_config.check_logdir(local, config)
-    except (run_config.ConfigError, run_dir.StorageError) as error:
-        message = f'train: error: {_in_bucket(error, staged)}'  # Before close forgets the copy.
+    except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
+        status = _status(error, staged)  # Before close forgets the copy.
         if staged is not None:
-            staged.close(sync=False)
-        sys.exit(message)
+            with signals.deferred():
+                staged.close(sync=False)
+        return status
     status = 1
     try:
-        status = _train(logdir, local, config, staged)
+        status = _train(logdir, local, config, staged, signals)
     finally:
         if staged is not None:
-            status = _close(staged, status)
-    sys.exit(status)
+            with signals.deferred():  # The last save goes to the bucket whole.
+                status = _close(staged, status)
+    return status
 
 
-def _train(logdir, local, config, staged):
+def _status(error, staged):
+    """The exit status of a run that ended before training with `error`."""
+    if isinstance(error, stop_signals.StopRequested):
+        sys.stderr.write(f'train: {error} before training began; nothing was saved.\n')
+        return 128 + error.signum
+    return f'train: error: {_in_bucket(error, staged)}'
+
+
+def _train(logdir, local, config, staged, signals):
     """Trains in `local` (the logdir or its staging copy); returns the exit status."""
     try:
         with trainer.training_run(local) as run:
@@ -102,9 +121,9 @@ def _train(logdir, local, config, staged):
                 logging.info('Logdir: %s (staged in %s)', logdir, local)
             else:
                 logging.info('Logdir: %s', logdir)
-            run.run(after_save=staged.sync if staged is not None else None)
-    except (run_config.ConfigError, run_dir.StorageError) as error:
-        return f'train: error: {_in_bucket(error, staged)}'
+            run.run(after_save=staged.sync if staged is not None else None, signals=signals)
+    except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
+        return _status(error, staged)
     except trainer.Interrupted as error:
         sys.stderr.write(f'train: {error}\n')
         return 128 + error.signum

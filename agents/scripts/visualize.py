@@ -26,7 +26,7 @@ EPISODES_FILE = 'episodes.jsonl'
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
 flags.DEFINE_string('checkpoint', None, 'Checkpoint to restore: a step number of the run or a '
-                    'checkpoint path; default the latest.')
+                    'checkpoint path; default the latest that reads back.')
 flags.DEFINE_string('outdir', None, 'Directory for the videos and episodes.jsonl; default '
                     '<logdir>/videos/<step>.')
 flags.DEFINE_integer('num_episodes', 3, 'Episodes to render.')
@@ -116,6 +116,8 @@ def render(copies):
             check_outdir(outdir)
         run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
                                     FLAGS.checkpoint)
+        if run.fallback_warning:
+            logging.warning('%s', copies.named(run.fallback_warning))
         if outdir is None:
             outdir = run_dir.join(logdir, 'videos', str(run.step))
             check_outdir(outdir)

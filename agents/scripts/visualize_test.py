@@ -111,7 +111,8 @@ class VisualizeTest(absltest.TestCase):
         self.assert_fails('--logdir is required', logdir=None, outdir=outdir)
         self.assert_fails('--num_episodes must be positive', logdir=self.pendulum,
                           outdir=outdir, num_episodes=0)
-        self.assert_fails('checkpoint .* does not fit the configuration', logdir=self.pendulum,
+        self.assert_fails(r"belongs to the run .*cheetah, of a different configuration than "
+                          r"logdir (.|\n)*\+train.env_id = 'HalfCheetah-v5'", logdir=self.pendulum,
                           outdir=outdir,
                           checkpoint=os.path.join(self.cheetah, 'checkpoints', 'ckpt-256'))
         self.assert_fails('checkpoint 3 not found', logdir=self.pendulum, outdir=outdir,

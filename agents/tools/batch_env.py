@@ -11,11 +11,12 @@ wrappers work on it, and given the same envs, seeds and actions it returns exact
   waits for the workers: on few cores, no core idles and fewer processes must be woken per step;
 - mode='in_process' steps them in a loop in the caller, for cheap envs or debugging;
 - vectorised checks that reject bad actions before any env is stepped;
-- errors of envs and dead workers raised in the caller, naming the env, with its traceback.
+- errors of envs and dead workers raised in the caller, naming the env, with its traceback;
+  a worker that does not answer within `timeout` (a minute by default) is killed and raised
+  about like a dead one, and workers die with the process that made them.
 """
 
 import functools
-import multiprocessing
 import numbers
 import os
 import pickle
@@ -29,11 +30,17 @@ from agents.tools import env_group, external_worker
 AutoresetMode = gym.vector.AutoresetMode
 EnvError = env_group.EnvError
 WorkerDiedError = external_worker.WorkerDiedError
+WorkerHungError = external_worker.WorkerHungError
+WaitCancelled = external_worker.WaitCancelled
 
 MODES = ('external', 'hybrid', 'in_process')
 # Default spin_seconds when the caller and every worker can have a core of their own: longer
 # than the caller and the workers usually wait for each other within a rollout.
 SPIN_SECONDS = 0.001
+# Default timeout: seconds a worker may take to answer before it is deemed hung. Slow healthy
+# work (a step of several rendering or MuJoCo envs, a reset that loads assets) takes well
+# under a second, so a minute only ever trips on a worker that hangs or was stopped.
+TIMEOUT = 60.0
 
 
 def make_env(env_id, env_kwargs=None, wrappers=()):
@@ -155,7 +162,7 @@ class BatchEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_fns, mode='external', num_workers=None,
                  autoreset_mode=AutoresetMode.NEXT_STEP, copy=True, collect_infos=True,
-                 start_method='forkserver', close_timeout=5.0, timeout=None,
+                 start_method='forkserver', close_timeout=5.0, timeout=TIMEOUT,
                  spin_seconds=None):
         """Creates the envs.
 
@@ -176,10 +183,10 @@ class BatchEnv(gym.vector.VectorEnv):
             False skips that work (infos then only hold SAME_STEP's final_obs / final_info).
           start_method: 'forkserver' or 'spawn', for worker processes.
           close_timeout: seconds `close` waits for workers to exit before terminating them.
-          timeout: seconds that `step_wait`, `reset`, `call` and `set_attr` wait for workers
-            before raising multiprocessing.TimeoutError; None waits as long as they live. A
-            step that timed out can still be collected by `step_wait`; after the other calls
-            time out, the workers are terminated and the batch is unusable.
+          timeout: seconds that workers may take to start, and to answer `step`, `reset`,
+            `call` and `set_attr`; workers that miss it are deemed hung: they are killed, the
+            batch is closed and WorkerHungError (a WorkerDiedError and a
+            multiprocessing.TimeoutError) names them. None waits as long as they live.
           spin_seconds: how long the caller and the workers may poll for each other's
             messages before they sleep until one comes; they poll only while answers come that
             quickly. Polling saves waking a sleeping process, which is dear on virtual machines,
@@ -195,6 +202,10 @@ class BatchEnv(gym.vector.VectorEnv):
         if spin_seconds is not None and not (
                 isinstance(spin_seconds, numbers.Real) and spin_seconds >= 0):
             raise ValueError(f'spin_seconds must be None or >= 0, got {spin_seconds!r}')
+        if timeout is not None and not (
+                isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
+                and timeout > 0):
+            raise ValueError(f'timeout must be None or a number of seconds > 0, got {timeout!r}')
         env_fns = [_env_factory(env_fn, index) for index, env_fn in enumerate(env_fns)]
         self.num_envs = len(env_fns)
         self.mode = mode
@@ -229,7 +240,8 @@ class BatchEnv(gym.vector.VectorEnv):
             self._pool = external_worker.WorkerPool(
                 env_fns, self.single_observation_space, self.single_action_space,
                 num_workers, self.autoreset_mode, collect_infos, start_method, close_timeout,
-                host_in_caller=mode == 'hybrid', spin_seconds=spin_seconds)
+                host_in_caller=mode == 'hybrid', spin_seconds=spin_seconds,
+                start_timeout=timeout)
             self._buffers = self._pool.buffers
         self.metadata = dict(first_env.metadata)
         self.metadata['autoreset_mode'] = self.autoreset_mode
@@ -301,14 +313,8 @@ class BatchEnv(gym.vector.VectorEnv):
         return self._merged_infos(self._wait_for_workers('reset'))
 
     def _wait_for_workers(self, what):
-        """The workers' replies to `what`; abandons them if they take over `timeout` seconds."""
-        try:
-            return self._pool.wait(self._timeout)
-        except multiprocessing.TimeoutError as error:
-            self._pool.abandon(
-                f'BatchEnv workers did not answer {what} within {self._timeout} s and were '
-                f'terminated; create a new BatchEnv ({error})')
-            raise
+        """The workers' replies to `what`; kills them if they take over `timeout` seconds."""
+        return self._pool.wait(self._timeout, what=what)
 
     def _decode(self, replies):
         """{host: payload or None} of the hosts' replies; after reading them all, raises the
@@ -402,9 +408,11 @@ class BatchEnv(gym.vector.VectorEnv):
     def step_wait(self, timeout=None):
         """Waits for the step started by `step_async` and returns its results.
 
-        In external and hybrid mode, raises multiprocessing.TimeoutError when the workers take
-        over `timeout` seconds (default: the constructor's) more than the caller's envs; the
-        step stays pending, so a later `step_wait` can collect it.
+        In external and hybrid mode, with `timeout`, raises multiprocessing.TimeoutError when
+        the workers take over `timeout` seconds more than the caller's envs; the step stays
+        pending, so a later `step_wait` can collect it. Without, workers that take over the
+        constructor's `timeout` are deemed hung (WorkerHungError). After `cancel_wait`, raises
+        WaitCancelled; the step stays pending.
         """
         self._check_running()
         if self._pending != 'step':
@@ -417,7 +425,10 @@ class BatchEnv(gym.vector.VectorEnv):
                 self._needs_reset = True
                 raise
         else:
-            replies = self._pool.wait(self._timeout if timeout is None else timeout)
+            if timeout is None:
+                replies = self._wait_for_workers('step')
+            else:
+                replies = self._pool.wait(timeout)
             self._pending = None
             infos = self._merged_infos(replies)
         buffers = self._buffers
@@ -428,6 +439,17 @@ class BatchEnv(gym.vector.VectorEnv):
 
     def _output(self, array):
         return array.copy() if self.copy else array
+
+    def cancel_wait(self, reason):
+        """Ends the wait for workers going on (or the next one) with WaitCancelled(reason);
+        callable from any thread, e.g. to stop promptly on a signal while a step waits for a
+        hung worker. In-process, there is no wait to end and nothing happens."""
+        if self._pool is not None:
+            self._pool.cancel_wait(reason)
+
+    def waiting(self):
+        """(seconds, descriptions of the workers) of a wait for workers going on, or None."""
+        return self._pool.waiting() if self._pool is not None else None
 
     def call(self, name, *args, **kwargs):
         """Calls method `name` of every env (or reads the attribute); returns a tuple."""

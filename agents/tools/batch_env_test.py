@@ -43,9 +43,12 @@ class ScriptedEnv(gym.Env):
     """
 
     def __init__(self, tag=0, fail_reset=False, fail_step_at=None, die_step_at=None,
-                 block_on=None, block_reset_on=None, fail_make=False, log=None):
+                 block_on=None, block_reset_on=None, block_make_on=None, fail_make=False,
+                 log=None):
         if fail_make:
             _scripted_failure('scripted make failure')
+        if block_make_on is not None:
+            block_make_on.wait()
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.tag = tag
@@ -106,6 +109,14 @@ def _process_alive(pid):
         return False
 
 
+def _parent(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as stat:
+            return int(stat.read().rsplit(')', 1)[1].split()[1])
+    except FileNotFoundError:
+        return None
+
+
 def _descendants(root=None):
     """Pids of all live descendant processes of `root` (default: this process)."""
     children = {}
@@ -124,6 +135,13 @@ def _descendants(root=None):
             found.add(child)
             stack.append(child)
     return found
+
+
+def _run_script(script):
+    """Runs Python `script` in a fresh interpreter that imports this tree."""
+    return subprocess.run(
+        [sys.executable, '-c', script], capture_output=True, text=True, timeout=60,
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
 
 
 def _wait_until(condition, timeout=10.0):
@@ -349,14 +367,59 @@ class AsyncTest(BatchEnvTestCase):
         with self.assertRaises(gym.error.NoAsyncCallError):
             env.step_wait()
 
-    def test_timeout_bounds_waits_for_stuck_envs(self):
+    def test_worker_that_misses_the_timeout_is_killed_and_named(self):
         never = multiprocessing.get_context('forkserver').Event()
-        env = self.make(scripted_fns(2, {1: {'block_on': never}}), timeout=0.1)
+        env = self.make(scripted_fns(4, {3: {'block_on': never}}), num_workers=2, timeout=0.3)
         env.reset()
-        with self.assertRaises(multiprocessing.TimeoutError):
+        pids = env.worker_pids
+        begun = time.monotonic()
+        with self.assertRaisesRegex(
+                batch_env.WorkerHungError,
+                rf'^BatchEnv worker process 1 \(pid {pids[1]}\) hosting envs \[2, 3\] did not '
+                r'answer step within 0.3 s and was killed; the batch is closed'):
+            env.step(np.zeros((4, 1), np.float32))
+        self.assertLess(time.monotonic() - begun, 5)
+        self.assertFalse(any(_process_alive(pid) for pid in pids))
+        with self.assertRaisesRegex(batch_env.WorkerDiedError, 'did not answer step'):
+            env.step(np.zeros((4, 1), np.float32))
+
+    def test_stopped_worker_is_killed_and_named(self):
+        env = self.make(scripted_fns(2), timeout=0.3)
+        env.reset()
+        pid = env.worker_pids[1]
+        os.kill(pid, signal.SIGSTOP)
+        self.addCleanup(lambda: _process_alive(pid) and os.kill(pid, signal.SIGKILL))
+        with self.assertRaisesRegex(
+                batch_env.WorkerHungError,
+                r'hosting envs \[1\] \(it was stopped\) did not answer step within 0.3 s'):
             env.step(np.zeros((2, 1), np.float32))
-        with self.assertRaises(multiprocessing.TimeoutError):  # The step is still pending.
-            env.step_wait()
+        self.assertTrue(_wait_until(lambda: not _process_alive(pid)))
+
+    def test_hung_worker_error_is_a_timeout_and_a_dead_worker(self):
+        self.assertTrue(issubclass(batch_env.WorkerHungError, multiprocessing.TimeoutError))
+        self.assertTrue(issubclass(batch_env.WorkerHungError, batch_env.WorkerDiedError))
+
+    def test_default_timeout_is_finite_and_gin_configurable(self):
+        env = self.make(scripted_fns(2))
+        self.assertEqual(env._timeout, batch_env.TIMEOUT)
+        with gin.unlock_config():
+            gin.bind_parameter('BatchEnv.timeout', 7.5)
+        self.addCleanup(gin.clear_config)
+        self.assertEqual(self.make(scripted_fns(2))._timeout, 7.5)
+
+    @parameterized.parameters(0, -1.0, True, '60')
+    def test_bad_timeout_raises(self, timeout):
+        with self.assertRaisesRegex(ValueError, 'timeout must be None or a number of seconds'):
+            batch_env.BatchEnv(scripted_fns(2), timeout=timeout)
+
+    def test_worker_hung_while_starting_is_killed(self):
+        never = multiprocessing.get_context('forkserver').Event()
+        before = _descendants()
+        with self.assertRaisesRegex(batch_env.WorkerHungError, 'did not answer start within'):
+            batch_env.BatchEnv(scripted_fns(2, {1: {'block_make_on': never}}), timeout=0.5)
+        # What may remain is the forkserver and the resource tracker, children of this process.
+        self.assertTrue(_wait_until(lambda: all(
+            _parent(pid) == os.getpid() for pid in _descendants() - before)))
 
     def test_timed_out_reset_terminates_the_workers(self):
         never = multiprocessing.get_context('forkserver').Event()
@@ -481,9 +544,7 @@ class ProcessHygieneTest(BatchEnvTestCase):
             env.step_async(np.zeros((4, 1), np.float32))
             print(*env.worker_pids, flush=True)
         ''')
-        result = subprocess.run(
-            [sys.executable, '-c', script], capture_output=True, text=True, timeout=60,
-            env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
+        result = _run_script(script)
         self.assertEqual(result.returncode, 0, result.stderr)
         pids = [int(pid) for pid in result.stdout.split()]
         self.assertLen(pids, 2)
@@ -504,13 +565,100 @@ class ProcessHygieneTest(BatchEnvTestCase):
             print(*env.worker_pids, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         ''')
-        result = subprocess.run(
-            [sys.executable, '-c', script], capture_output=True, text=True, timeout=60,
-            env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
+        result = _run_script(script)
         self.assertEqual(result.returncode, -signal.SIGKILL, result.stderr)
         pids = [int(pid) for pid in result.stdout.split()]
         self.assertLen(pids, 1)
         self.assertTrue(_wait_until(lambda: not any(_process_alive(pid) for pid in pids)))
+
+
+    @parameterized.parameters('hung', 'stopped')
+    def test_no_process_survives_a_killed_parent_with_a_stuck_worker(self, stuck):
+        # Worker 1 hangs in its step, or is stopped with SIGSTOP; then the parent is killed.
+        script = textwrap.dedent(f'''
+            import multiprocessing.forkserver, multiprocessing.resource_tracker
+            import os, signal, threading
+            import gymnasium as gym
+            import numpy as np
+            from agents.tools import batch_env
+
+            class Stuck(gym.Wrapper):
+                def step(self, action):
+                    threading.Event().wait()
+
+            def make(index):
+                env = gym.make('Pendulum-v1')
+                return Stuck(env) if index == 1 and {stuck!r} == 'hung' else env
+
+            env = batch_env.BatchEnv([lambda i=i: make(i) for i in range(2)], num_workers=2)
+            env.reset()
+            if {stuck!r} == 'stopped':
+                os.kill(env.worker_pids[1], signal.SIGSTOP)
+            env.step_async(np.zeros((2, 1), np.float32))
+            print(*env.worker_pids, multiprocessing.forkserver._forkserver._forkserver_pid,
+                  multiprocessing.resource_tracker._resource_tracker._pid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        ''')
+        result = _run_script(script)
+        self.assertEqual(result.returncode, -signal.SIGKILL, result.stderr)
+        pids = [int(pid) for pid in result.stdout.split()]
+        self.assertLen(pids, 4)  # The workers, the forkserver, the resource tracker.
+        self.assertTrue(_wait_until(lambda: not any(_process_alive(pid) for pid in pids), 5),
+                        [pid for pid in pids if _process_alive(pid)])
+
+
+class CancelTest(BatchEnvTestCase):
+
+    def test_cancel_wait_ends_a_wait_for_a_stuck_worker_from_another_thread(self):
+        release = multiprocessing.get_context('forkserver').Event()
+        env = self.make(scripted_fns(2, {1: {'block_on': release}}), timeout=None)
+        env.reset()
+        env.step_async(np.zeros((2, 1), np.float32))
+        canceller = threading.Timer(0.3, env.cancel_wait, ['stop requested'])
+        canceller.start()
+        begun = time.monotonic()
+        with self.assertRaisesRegex(batch_env.WaitCancelled, '^stop requested$'):
+            env.step_wait()
+        self.assertLess(time.monotonic() - begun, 5)
+        release.set()  # The step stays pending and can still be collected.
+        np.testing.assert_array_equal(env.step_wait()[0], [[0, 1], [1, 1]])
+
+    def test_cancel_before_a_wait_ends_the_next_wait_only(self):
+        env = self.make(scripted_fns(2))
+        env.reset()
+        env.cancel_wait('early')
+        with self.assertRaisesRegex(batch_env.WaitCancelled, 'early'):
+            env.step(np.zeros((2, 1), np.float32))
+        np.testing.assert_array_equal(env.step_wait()[0], [[0, 1], [1, 1]])
+        np.testing.assert_array_equal(env.step(np.zeros((2, 1), np.float32))[0],
+                                      [[0, 2], [1, 2]])
+
+    def test_in_process_cancel_does_nothing(self):
+        env = self.make(scripted_fns(2), 'in_process')
+        env.reset()
+        env.cancel_wait('ignored')
+        self.assertIsNone(env.waiting())
+        env.step(np.zeros((2, 1), np.float32))
+
+    def test_waiting_names_the_workers_that_owe_a_reply(self):
+        release = multiprocessing.get_context('forkserver').Event()
+        env = self.make(scripted_fns(4, {3: {'block_on': release}}), num_workers=2)
+        env.reset()
+        self.assertIsNone(env.waiting())
+        env.step_async(np.zeros((4, 1), np.float32))
+        seen = []
+        watcher = threading.Thread(target=lambda: seen.append(
+            _wait_until(lambda: (env.waiting() or (0, []))[0] > 0.2)
+            and env.waiting()))
+        watcher.start()
+        threading.Timer(0.5, release.set).start()
+        env.step_wait()
+        watcher.join()
+        seconds, workers = seen[0]
+        self.assertGreater(seconds, 0.2)
+        self.assertEqual(workers, [f'worker process 1 (pid {env.worker_pids[1]}) hosting envs '
+                                   '[2, 3]'])
+        self.assertIsNone(env.waiting())
 
 
 class BadInputTest(BatchEnvTestCase):

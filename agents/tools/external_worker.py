@@ -14,19 +14,23 @@ before they sleep (AdaptiveSpin), as waking a process costs more than a short st
 Workers start with forkserver or spawn (plain fork is unsafe once TensorFlow runs threads in the
 parent) and never import the parent's `__main__` (it may import TensorFlow): env factories travel
 with cloudpickle instead. A dead worker is noticed as soon as its pipe or process sentinel
-closes, and within a liveness period otherwise; every worker is reaped on `close`, on garbage
-collection and at interpreter exit.
+closes, and within a liveness period otherwise; one that does not answer within the caller's
+timeout is killed; every worker is reaped on `close`, on garbage collection and at interpreter
+exit, and dies with the pool's process even when that is killed (see `_die_with_parent`). Another
+thread may end a wait at any time (`cancel_wait`), e.g. to honour a signal promptly.
 """
 
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import select
 import signal
 import struct
 import sys
+import threading
 import time
 import weakref
 
@@ -55,6 +59,15 @@ _TERMINATE_GRACE = 1.0
 
 class WorkerDiedError(RuntimeError):
     """A worker process died or stopped answering; the envs it hosted are lost."""
+
+
+class WorkerHungError(WorkerDiedError, multiprocessing.TimeoutError):
+    """Workers did not answer within the pool's timeout and were killed."""
+
+
+class WaitCancelled(RuntimeError):
+    """`WorkerPool.cancel_wait` ended a wait (e.g. the process was asked to stop); the hosts
+    that had not answered still owe their replies."""
 
 
 class _CloudPickled:
@@ -261,11 +274,42 @@ class EnvHost:
         return pickle.dumps((True, result)) if result else EMPTY_REPLY
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """Has Linux SIGKILL this process when its parent ends, so that a worker never outlives the
+    pool's process, not even when it hangs or is stopped (SIGSTOP) and that process is killed.
+
+    A forkserver's worker is the child of the forkserver, which exits once no process holds
+    the write end of its 'alive' pipe: the pool's process and, by inheritance, each worker. A
+    worker lets go of its end, so the forkserver, and with it the worker, ends with the pool's
+    process. Elsewhere than on Linux, nothing is done.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    forkserver = getattr(multiprocessing.forkserver, '_forkserver', None)
+    alive_fd = getattr(forkserver, '_forkserver_alive_fd', None)
+    if alive_fd is not None:  # Set in the children of a forkserver only.
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        forkserver._forkserver_alive_fd = None
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # The parent ended before the request took effect.
+        os._exit(1)
+
+
 def _worker_main(commands, replies, memory, num_envs, observation_space, action_space,
-                 first_index, env_fns, autoreset_mode, collect_infos, spin_seconds):
+                 first_index, env_fns, autoreset_mode, collect_infos, spin_seconds,
+                 die_with_parent):
     """Hosts envs from `first_index` on and serves the parent's commands until CLOSE."""
     # Ctrl-C reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if die_with_parent:
+        _die_with_parent()
     command_fd, reply_fd = commands.fileno(), replies.fileno()
     poller = select.poll()
     poller.register(command_fd, select.POLLIN)
@@ -341,12 +385,14 @@ def _exit_description(exitcode):
     return f'exit code {exitcode}'
 
 
-def _shutdown(creator_pid, processes, command_conns, reply_conns, caller_hosts, timeout,
-              terminate=False):
-    """Stops and reaps the workers (CLOSE, then SIGTERM after `timeout` s, then SIGKILL) and
-    closes the envs of the calling process."""
+def _shutdown(creator_pid, processes, command_conns, reply_conns, caller_hosts, wakeup_fds,
+              timeout, terminate=False, hung=()):
+    """Stops and reaps the workers (CLOSE, then SIGTERM after `timeout` s, then SIGKILL; the
+    hosts in `hung` get SIGKILL at once) and closes the envs of the calling process."""
     if os.getpid() != creator_pid:
         return  # A forked copy of the parent does not own the workers.
+    for host in hung:
+        processes[host].kill()  # Also ends a stopped process, which SIGTERM would not.
     if not terminate:
         for conn in command_conns.values():
             with contextlib.suppress(OSError):
@@ -364,8 +410,20 @@ def _shutdown(creator_pid, processes, command_conns, reply_conns, caller_hosts, 
             process.join()
     for conn in [*command_conns.values(), *reply_conns.values()]:
         conn.close()
+    while wakeup_fds:
+        os.close(wakeup_fds.pop())
     while caller_hosts:
         caller_hosts.pop().group.close()
+
+
+def _process_state(pid):
+    """' (it was stopped)' when process `pid` is stopped (e.g. by SIGSTOP), else ''."""
+    try:
+        with open(f'/proc/{pid}/stat', encoding='ascii') as f:
+            state = f.read().rsplit(')', 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ''
+    return ' (it was stopped)' if state in ('T', 't') else ''
 
 
 class WorkerPool:
@@ -381,11 +439,14 @@ class WorkerPool:
 
     def __init__(self, env_fns, observation_space, action_space, num_workers, autoreset_mode,
                  collect_infos, start_method='forkserver', close_timeout=5.0,
-                 host_in_caller=False, spin_seconds=0.0):
+                 host_in_caller=False, spin_seconds=0.0, start_timeout=None):
         """Starts `num_workers` workers (plus the caller's share with `host_in_caller`).
 
         `spin_seconds` limits how long `wait` and the workers poll for messages before they
         sleep (see AdaptiveSpin): worth it when the workers and the caller have a core each.
+        Workers that have not made their envs within `start_timeout` seconds (None: no limit)
+        are deemed hung (WorkerHungError). Workers die with the process that started them
+        (when a forkserver started them, or the main thread; see `_die_with_parent`).
         """
         if start_method not in START_METHODS:
             raise ValueError(
@@ -422,14 +483,23 @@ class WorkerPool:
         self._pending = set()  # Hosts that owe a reply.
         self._replies = {}  # Replies received so far from pending hosts.
         self._exited = set()  # Hosts whose worker was seen exiting while not pending.
+        self._waiting_since = None  # time.monotonic() when the current wait began.
+        # `cancel_wait` writes to this pipe, which every wait polls, and gives its reason.
+        self._wakeup_fds = list(os.pipe())
+        os.set_blocking(self._wakeup_fds[1], False)
+        self._cancel_reason = None
+        self._cancel_lock = threading.Lock()
         self._finalizer = weakref.finalize(
             self, _shutdown, os.getpid(), self._processes, self._command_conns,
-            self._reply_conns, self._caller_hosts, close_timeout)
+            self._reply_conns, self._caller_hosts, self._wakeup_fds, close_timeout)
         try:
             first_worker = int(self._host_in_caller)
             self._start(context, env_fns, first_worker, observation_space, action_space,
-                        autoreset_mode, collect_infos, spin_seconds)
+                        autoreset_mode, collect_infos, spin_seconds,
+                        die_with_parent=start_method == 'forkserver'
+                        or threading.current_thread() is threading.main_thread())
             self._poller = select.poll()
+            self._poller.register(self._wakeup_fds[0], select.POLLIN)
             self._fd_owners = {}  # fd -> (host, whether it is the process sentinel).
             for host, process in self._processes.items():
                 for fd, is_sentinel in ((self._reply_conns[host].fileno(), False),
@@ -442,7 +512,7 @@ class WorkerPool:
                     self.buffers, env_fns[:stop], 0, observation_space, action_space,
                     autoreset_mode, collect_infos))
             self._pending.update(self._processes)
-            for host, reply in self.wait().items():
+            for host, reply in self.wait(start_timeout, what='start').items():
                 if reply:
                     raise_error_reply(pickle.loads(reply)[1], self.describe(host))
         except BaseException:
@@ -450,7 +520,7 @@ class WorkerPool:
             raise
 
     def _start(self, context, env_fns, first_worker, observation_space, action_space,
-               autoreset_mode, collect_infos, spin_seconds):
+               autoreset_mode, collect_infos, spin_seconds, die_with_parent):
         with _main_module_hidden():
             for host in range(first_worker, len(self.env_slices)):
                 start, stop = self.env_slices[host]
@@ -463,7 +533,7 @@ class WorkerPool:
                     args=(command_reader, reply_writer, self._memory, len(env_fns),
                           observation_space, action_space, start,
                           _CloudPickled(list(env_fns[start:stop])), autoreset_mode,
-                          collect_infos, spin_seconds))
+                          collect_infos, spin_seconds, die_with_parent))
                 try:
                     process.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -523,12 +593,15 @@ class WorkerPool:
         for host in range(self.num_hosts):
             self.send(host, command, body)
 
-    def wait(self, timeout=None):
+    def wait(self, timeout=None, what=None):
         """{host: reply bytes} of every host sent a command since the last full wait.
 
-        First serves the caller's command, if any. Raises multiprocessing.TimeoutError when the
-        workers take over `timeout` seconds more (a later wait resumes), and WorkerDiedError
-        (after closing the pool) when a worker dies.
+        First serves the caller's command, if any. When the workers take over `timeout` seconds
+        more: with `what` (the command waited for, for the message), the hosts that did not
+        answer are deemed hung, killed, and WorkerHungError raised (after closing the pool);
+        without, multiprocessing.TimeoutError is raised and a later wait resumes. Raises
+        WorkerDiedError (after closing the pool) when a worker dies, and WaitCancelled (a later
+        wait resumes) after `cancel_wait`.
         """
         self.check_open()
         pending, replies = self._pending, self._replies
@@ -541,39 +614,92 @@ class WorkerPool:
         spin_until = self._spin.deadline(start)
         if deadline is not None:
             spin_until = min(spin_until, deadline)
-        while pending:
-            sleep_until = time.monotonic() + _LIVENESS_PERIOD
-            if deadline is not None:
-                sleep_until = min(sleep_until, deadline)
-            events = _poll(self._poller, spin_until, sleep_until)
-            if not events:
-                for host, process in self._processes.items():
-                    if not process.is_alive():
-                        self._died(host)
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise multiprocessing.TimeoutError(
-                        f'workers {sorted(pending)} did not answer within {timeout} s')
-                continue
-            # Replies first: a worker may reply and exit at once (after failing to start).
-            events.sort(key=lambda event: self._fd_owners[event[0]][1])
-            for fd, _ in events:
-                host, is_sentinel = self._fd_owners[fd]
-                if host not in pending:
-                    # It exited or closed its pipe after replying: fail when next used.
-                    self._poller.unregister(fd)
-                    self._exited.add(host)
+        self._waiting_since = start
+        try:
+            while pending:
+                sleep_until = time.monotonic() + _LIVENESS_PERIOD
+                if deadline is not None:
+                    sleep_until = min(sleep_until, deadline)
+                events = _poll(self._poller, spin_until, sleep_until)
+                if not events:
+                    for host, process in self._processes.items():
+                        if not process.is_alive():
+                            self._died(host)
+                    if deadline is not None and time.monotonic() >= deadline:
+                        if what is not None:
+                            self._hung(what, timeout)
+                        raise multiprocessing.TimeoutError(
+                            f'workers {sorted(pending)} did not answer within {timeout} s')
                     continue
-                reply_conn = self._reply_conns[host]
-                if is_sentinel and not reply_conn.poll(0):
-                    self._died(host)
-                try:
-                    replies[host] = _read_reply(reply_conn.fileno())
-                except (EOFError, OSError):
-                    self._died(host)
-                pending.discard(host)
+                self._read_replies(events)
+        finally:
+            self._waiting_since = None
         self._spin.record(start)
         self._replies = {}
         return replies
+
+    def _read_replies(self, events):
+        """Reads the replies that `events` (of the poller) announce; notes exits and deaths."""
+        pending, replies = self._pending, self._replies
+        if any(fd == self._wakeup_fds[0] for fd, _ in events):
+            self._take_cancellation()
+        # Replies first: a worker may reply and exit at once (after failing to start).
+        events.sort(key=lambda event: self._fd_owners[event[0]][1])
+        for fd, _ in events:
+            host, is_sentinel = self._fd_owners[fd]
+            if host not in pending:
+                # It exited or closed its pipe after replying: fail when next used.
+                self._poller.unregister(fd)
+                self._exited.add(host)
+                continue
+            reply_conn = self._reply_conns[host]
+            if is_sentinel and not reply_conn.poll(0):
+                self._died(host)
+            try:
+                replies[host] = _read_reply(reply_conn.fileno())
+            except (EOFError, OSError):
+                self._died(host)
+            pending.discard(host)
+
+    def cancel_wait(self, reason):
+        """Ends the current wait, or the next one, with WaitCancelled(reason); any thread may
+        call it (e.g. a signal's watcher while the waiting thread is in a compiled call)."""
+        with self._cancel_lock:
+            if self._closed:
+                return
+            self._cancel_reason = reason
+            with contextlib.suppress(BlockingIOError):  # A wakeup is pending already.
+                os.write(self._wakeup_fds[1], b'!')
+
+    def _take_cancellation(self):
+        with self._cancel_lock:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wakeup_fds[0], 4096)
+            reason, self._cancel_reason = self._cancel_reason, None
+        raise WaitCancelled(reason)
+
+    def waiting(self):
+        """(seconds, descriptions of the workers that owe a reply) of the wait going on, or
+        None; for progress reports from other threads."""
+        since = self._waiting_since
+        try:
+            hosts = sorted(tuple(self._pending))
+        except RuntimeError:  # The waiting thread changed the set meanwhile.
+            return None
+        if since is None or not hosts:
+            return None
+        return time.monotonic() - since, [self.describe(host) for host in hosts]
+
+    def _hung(self, what, timeout):
+        """Kills the workers that owe a reply, closes the pool, raises WorkerHungError."""
+        hosts = sorted(self._pending)
+        described = ' and '.join(
+            self.describe(host) + _process_state(self._processes[host].pid) for host in hosts)
+        self.close(terminate=True, hung=hosts)
+        self._death = (f'BatchEnv {described} did not answer {what} within {timeout} s and '
+                       f'{"was" if len(hosts) == 1 else "were"} killed; the batch is closed, '
+                       'create a new one.')
+        raise WorkerHungError(self._death)
 
     def _died(self, host):
         """Closes the pool and raises WorkerDiedError about the worker of `host`."""
@@ -592,15 +718,12 @@ class WorkerPool:
             raise WorkerDiedError(
                 self._death or 'the worker processes of this BatchEnv were closed')
 
-    def abandon(self, reason):
-        """Terminates the workers, e.g. when they hang; later uses raise WorkerDiedError(reason)."""
-        self.close(terminate=True)
-        self._death = reason
-
-    def close(self, terminate=False):
-        """Stops and reaps every worker; with `terminate`, without waiting for them to finish."""
-        self._closed = True
+    def close(self, terminate=False, hung=()):
+        """Stops and reaps every worker; with `terminate`, without waiting for them to finish;
+        the hosts in `hung` are killed at once."""
+        with self._cancel_lock:
+            self._closed = True
         state = self._finalizer.detach()
         if state:
             _, function, args, _ = state
-            function(*args, terminate=terminate)
+            function(*args, terminate=terminate, hung=hung)

@@ -37,10 +37,13 @@ import gin
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
+from google.protobuf import message
+from tensorflow.core.protobuf import saved_model_pb2
 
 # The fingerprint that tf.saved_model.save writes, for exports that reuse an earlier program.
 from tensorflow.python.saved_model import fingerprinting_utils
 
+from agents.algorithms.ppo import recovery
 from agents.runs import run_dir
 from agents.scripts import run_config
 
@@ -50,7 +53,7 @@ SIGNATURES = ('deterministic_action', 'sampled_action')
 
 
 class PolicyLoadError(Exception):
-    """A directory that holds no exported policy, or one of an unknown format."""
+    """A directory that holds no exported policy, a damaged one, or one of an unknown format."""
 
 
 def space_to_dict(space):
@@ -306,12 +309,21 @@ class SavedPolicy:
     """
 
     def __init__(self, directory, greedy=True):
-        if not os.path.isfile(os.path.join(directory, 'saved_model.pb')):
+        if not os.path.isdir(directory):
+            raise PolicyLoadError(f'policy {directory} does not exist or is not a directory')
+        if not os.path.isfile(os.path.join(directory, tf.saved_model.SAVED_MODEL_FILENAME_PB)):
             raise PolicyLoadError(f'{directory} holds no exported policy (no saved_model.pb)')
+        problem = saved_model_problem(directory)
+        if problem:
+            raise PolicyLoadError(f'{directory} holds a damaged SavedModel: {problem}')
         try:
             self._model = tf.saved_model.load(directory)
+        except Exception as error:  # The loader raises OSError, OpError, ValueError...
+            raise PolicyLoadError(f'{directory} holds a SavedModel that does not load: '
+                                  f'{_first_line(error)}') from error
+        try:
             metadata = json.loads(self._model.metadata.numpy().decode('utf-8'))
-        except (AttributeError, ValueError, tf.errors.OpError) as error:
+        except (AttributeError, ValueError) as error:
             raise PolicyLoadError(f'{directory} holds a SavedModel that is not an exported '
                                   f'policy: {error}') from error
         if metadata.get('format') != FORMAT:
@@ -337,3 +349,29 @@ class SavedPolicy:
             return self._act(observ)['action'].numpy(), state
         outputs = self._act(observ, tf.constant(state, tf.float32), tf.constant(reset, tf.bool))
         return outputs['action'].numpy(), outputs['state'].numpy()
+
+
+def saved_model_problem(directory):
+    """Why the SavedModel files in `directory` do not read back, or None if they do.
+
+    Checked before loading: for a truncated or missing file TensorFlow's loader raises errors
+    of many types (OSError, FileNotFoundError, IndexError...) that do not all say which file.
+    The variables are checked as any checkpoint is, every tensor against its checksum.
+    """
+    program = os.path.join(directory, tf.saved_model.SAVED_MODEL_FILENAME_PB)
+    try:
+        with open(program, 'rb') as f:
+            saved_model_pb2.SavedModel().ParseFromString(f.read())
+    except (OSError, message.DecodeError) as error:
+        return f'{tf.saved_model.SAVED_MODEL_FILENAME_PB} does not parse ({_first_line(error)})'
+    variables = os.path.join(tf.saved_model.VARIABLES_DIRECTORY,
+                             tf.saved_model.VARIABLES_FILENAME)
+    problem = recovery.checkpoint_problem(os.path.join(directory, variables))
+    if problem:
+        return f'{variables} does not read back ({problem})'
+    return None
+
+
+def _first_line(error):
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -318,6 +319,49 @@ class PolicyExportTest(absltest.TestCase):
         tf.saved_model.save(module, other)
         with self.assertRaisesRegex(policy_export.PolicyLoadError, 'not an exported policy'):
             policy_export.SavedPolicy(other)
+
+    def test_damaged_saved_model_is_a_clear_error_naming_the_file(self):
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        intact = self.export(agent, 'intact', BOX_ACTIONS)
+        self.assertIsNone(policy_export.saved_model_problem(intact))
+        data = os.path.join('variables', 'variables.data-00000-of-00001')
+
+        def truncate(directory, name):
+            path = os.path.join(directory, name)
+            with open(path, 'r+b') as f:
+                f.truncate(os.path.getsize(path) // 2)
+
+        def overwrite(directory, name):
+            path = os.path.join(directory, name)
+            with open(path, 'r+b') as f:
+                f.write(b'\x7f' * os.path.getsize(path))
+
+        cases = {
+            'truncated_program': (lambda directory: truncate(directory, 'saved_model.pb'),
+                                  r'saved_model.pb does not parse \(Error parsing message'),
+            'no_variables': (lambda directory: shutil.rmtree(os.path.join(directory,
+                                                                           'variables')),
+                             r'variables/variables does not read back \(variables.index is '
+                             r'missing\)'),
+            'truncated_variables': (lambda directory: truncate(directory, data),
+                                    r'variables/variables does not read back \(Read less bytes '
+                                    r'than requested\)'),
+            'overwritten_variables': (lambda directory: overwrite(directory, data),
+                                      r'variables/variables does not read back \(.*[Cc]hecksum'),
+        }
+        for name, (damage, problem) in cases.items():
+            directory = os.path.join(self.directory, name)
+            shutil.copytree(intact, directory)
+            damage(directory)
+            with self.assertRaisesRegex(policy_export.PolicyLoadError,
+                                        rf'^{directory} holds a damaged SavedModel: {problem}'):
+                policy_export.SavedPolicy(directory)
+
+    def test_missing_directory_is_named(self):
+        missing = os.path.join(self.directory, 'missing')
+        with self.assertRaisesRegex(policy_export.PolicyLoadError,
+                                    rf'^policy {missing} does not exist or is not a directory$'):
+            policy_export.SavedPolicy(missing)
 
     def test_export_with_xla_acts_alike(self):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)

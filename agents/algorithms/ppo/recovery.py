@@ -17,7 +17,9 @@ what resuming does about it:
   past the restored checkpoint (whose checkpoint did not survive) are moved to
   `metrics.orphaned.jsonl`, so that the step in `metrics.jsonl` never goes backwards.
 
-Only a process that holds the logdir (see run_config.LogdirLock) may call these functions.
+Only a process that holds the logdir (see run_config.LogdirLock) may call the functions that
+change it. `newest_readable_checkpoint` only reads: the tools that load a run (evaluate,
+visualize, export) pick the checkpoint with it, leaving a broken one where it is.
 """
 
 import dataclasses
@@ -107,17 +109,20 @@ def checkpoint_problem(path):
     return None
 
 
-def recover_checkpoints(checkpoint_dir):
-    """Checks the checkpoints of `checkpoint_dir`; fixes the state file to name usable ones.
+def describe_problems(broken):
+    """`ckpt-1: problem; ckpt-2: problem` for (path, problem) pairs, to quote in messages."""
+    return '; '.join(f'{os.path.basename(path)}: {problem}' for path, problem in broken)
+
+
+def _candidates(checkpoint_dir):
+    """(candidates oldest first, {path: timestamp} of those the state file names, the state
+    file or None if it is missing or unreadable).
 
     Candidates are the checkpoints the state file names plus complete `ckpt-N.index` files it
-    does not name. Those that do not read back are moved to `corrupt/`. The state file is
-    rewritten (atomically, with relative paths) when it was missing, unreadable or named
-    anything else than the usable checkpoints. Raises RecoveryError, changing nothing, when
-    checkpoints exist but none reads back.
+    does not name.
     """
     if not os.path.isdir(checkpoint_dir):
-        return RecoveredCheckpoints([], [])
+        return [], {}, None
     state = _read_state(checkpoint_dir)
     listed = {}
     if state is not None:
@@ -127,12 +132,40 @@ def recover_checkpoints(checkpoint_dir):
             listed[path] = timestamps[index] if index < len(timestamps) else None
     found = {os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-{match.group(1)}')
              for match in map(_INDEX.fullmatch, os.listdir(checkpoint_dir)) if match}
-    candidates = sorted(set(listed) | found, key=checkpoint_step)
+    return sorted(set(listed) | found, key=checkpoint_step), listed, state
+
+
+def newest_readable_checkpoint(checkpoint_dir):
+    """The newest checkpoint of `checkpoint_dir` that reads back, changing nothing.
+
+    Returns (path or None, [(path, problem)] of the newer checkpoints that do not read back,
+    oldest first). Considers the checkpoints `recover_checkpoints` would, so a reader picks
+    the one a resuming trainer would; it only stops at the first (newest) that reads back.
+    """
+    candidates, _, _ = _candidates(checkpoint_dir)
+    broken = []
+    for path in reversed(candidates):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, broken[::-1]
+        broken.append((path, problem))
+    return None, broken[::-1]
+
+
+def recover_checkpoints(checkpoint_dir):
+    """Checks the checkpoints of `checkpoint_dir`; fixes the state file to name usable ones.
+
+    Candidates (see `_candidates`) that do not read back are moved to `corrupt/`. The state
+    file is rewritten (atomically, with relative paths) when it was missing, unreadable or
+    named anything else than the usable checkpoints. Raises RecoveryError, changing nothing,
+    when checkpoints exist but none reads back.
+    """
+    candidates, listed, state = _candidates(checkpoint_dir)
     problems = {path: checkpoint_problem(path) for path in candidates}
     valid = [path for path in candidates if problems[path] is None]
     broken = [path for path in candidates if problems[path] is not None]
     if broken and not valid:
-        details = '; '.join(f'{os.path.basename(path)}: {problems[path]}' for path in broken)
+        details = describe_problems((path, problems[path]) for path in broken)
         raise RecoveryError(
             f'no checkpoint in {checkpoint_dir} reads back ({details}). Nothing was changed; '
             f'move the broken files away to start over from scratch, or restore them from a '

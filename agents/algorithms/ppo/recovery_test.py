@@ -120,6 +120,61 @@ class CheckpointRecoveryTest(absltest.TestCase):
         self.assertIsNone(recovered.latest)
 
 
+def snapshot(directory):
+    """{name: bytes} of the files in `directory` (to show that nothing changed)."""
+    files = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), 'rb') as f:
+            files[name] = f.read()
+    return files
+
+
+class NewestReadableCheckpointTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.directory = os.path.join(self.create_tempdir().full_path, 'checkpoints')
+        make_checkpoints(self.directory, [10, 20, 30])
+
+    def path(self, step, suffix=''):
+        return os.path.join(self.directory, f'ckpt-{step}{suffix}')
+
+    def truncate(self, step):
+        data = self.path(step, '.data-00000-of-00001')
+        with open(data, 'r+b') as f:
+            f.truncate(os.path.getsize(data) // 2)
+
+    def test_intact_latest_is_taken(self):
+        self.assertEqual(recovery.newest_readable_checkpoint(self.directory),
+                         (self.path(30), []))
+
+    def test_broken_newer_ones_are_passed_over_and_left_in_place(self):
+        self.truncate(30)
+        with open(self.path(20, '.index'), 'wb') as f:
+            f.write(b'garbage')
+        before = snapshot(self.directory)
+        path, broken = recovery.newest_readable_checkpoint(self.directory)
+        self.assertEqual(path, self.path(10))
+        self.assertEqual([broken_path for broken_path, _ in broken],
+                         [self.path(20), self.path(30)])
+        self.assertIn('Read less bytes than requested', broken[1][1])
+        self.assertEqual(snapshot(self.directory), before)
+        self.assertRegex(recovery.describe_problems(broken),
+                         r'^ckpt-20: .+; ckpt-30: Read less bytes than requested$')
+
+    def test_checkpoint_the_state_file_does_not_name_is_considered(self):
+        os.remove(os.path.join(self.directory, 'checkpoint'))
+        self.assertEqual(recovery.newest_readable_checkpoint(self.directory)[0], self.path(30))
+
+    def test_nothing_readable_or_no_checkpoint(self):
+        for step in (10, 20, 30):
+            self.truncate(step)
+        path, broken = recovery.newest_readable_checkpoint(self.directory)
+        self.assertIsNone(path)
+        self.assertLen(broken, 3)
+        self.assertEqual(recovery.newest_readable_checkpoint(self.path(99)), (None, []))
+
+
 class CleanPartialWritesTest(absltest.TestCase):
 
     def test_removes_leftovers_and_restores_a_moved_export(self):

@@ -3,8 +3,10 @@
 A run's `operative_config.gin` (what the trainer actually used, defaults included) rebuilds the
 wrapped environment the policy acted in and the agent's networks; a checkpoint of the run then
 fills in the weights and observation statistics. Everything the user can get wrong (no such
-run, no checkpoint, a checkpoint of another configuration) becomes a `ConfigError` that names
-it.
+run, no checkpoint, a damaged checkpoint, a checkpoint of another configuration) becomes a
+`ConfigError` that names it. The latest checkpoint is the newest that reads back, as for a
+resuming trainer (see recovery.py), but a broken one is only reported, never moved: these
+tools leave the run as they found it.
 
 Parsing a configuration replaces the process's gin configuration: this is for the tools that
 work on a finished run, not for use inside training.
@@ -22,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from agents.algorithms.ppo import trainer
+from agents.algorithms.ppo import recovery, trainer
 from agents.scripts import run_config
 
 ConfigError = run_config.ConfigError
@@ -69,6 +71,19 @@ class RestoredRun:
     checkpoint: str
     step: int
     config: str
+    # (path, problem) of newer checkpoints passed over because they do not read back.
+    skipped: tuple = ()
+
+    @property
+    def fallback_warning(self):
+        """What to tell the user when the latest checkpoint was broken, or None."""
+        if not self.skipped:
+            return None
+        listed = ', '.join(f'{path} ({problem})' for path, problem in self.skipped)
+        subject = (f'Checkpoint {listed} does' if len(self.skipped) == 1
+                   else f'Checkpoints {listed} do')
+        return (f'{subject} not read back; using {self.checkpoint} (step {self.step}), the '
+                'newest checkpoint that does. Nothing in the logdir was changed.')
 
 
 def read_config(logdir):
@@ -78,30 +93,78 @@ def read_config(logdir):
     for name in (run_config.OPERATIVE_CONFIG_FILE, run_config.CONFIG_FILE):
         path = os.path.join(logdir, name)
         if os.path.isfile(path):
-            with open(path, encoding='utf-8') as f:
-                return f.read()
+            return _read_text(path)
     raise ConfigError(f'logdir {logdir} holds no {run_config.OPERATIVE_CONFIG_FILE} or '
                       f'{run_config.CONFIG_FILE}: not a training run')
 
 
 def find_checkpoint(logdir, checkpoint=None):
-    """The checkpoint path: the latest of the run, or `checkpoint`.
+    """The checkpoint to restore: (path, [(path, problem)] of newer ones passed over).
 
     `checkpoint` is a step number of the run (`12800` for `checkpoints/ckpt-12800`) or a path
     to any checkpoint (its prefix, without `.index`; relative to where the user ran the tool).
+    Without it, the newest checkpoint of the run that reads back; a named checkpoint that does
+    not read back is an error (the user asked for that one).
     """
     directory = os.path.join(logdir, trainer.CHECKPOINT_DIR)
     if checkpoint is None:
-        path = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+        path, skipped = recovery.newest_readable_checkpoint(directory)
+        if path is None and skipped:
+            raise ConfigError(f'no checkpoint of logdir {logdir} reads back '
+                              f'({recovery.describe_problems(skipped)})')
         if path is None:
             raise ConfigError(f'logdir {logdir} holds no checkpoint yet (nothing in {directory})')
-        return path
+        return path, skipped
     checkpoint = str(checkpoint)
-    path = (os.path.join(directory, f'ckpt-{checkpoint}') if re.fullmatch(r'\d+', checkpoint)
+    by_step = re.fullmatch(r'\d+', checkpoint) is not None
+    path = (os.path.join(directory, f'ckpt-{checkpoint}') if by_step
             else run_config.resolve_path(checkpoint))
     if not os.path.isfile(f'{path}.index'):
         raise ConfigError(f'checkpoint {checkpoint} not found (no {path}.index)')
-    return path
+    if not by_step:
+        check_same_configuration(logdir, path)
+    problem = recovery.checkpoint_problem(path)
+    if problem:
+        raise ConfigError(f'checkpoint {path} is damaged: it does not read back ({problem})')
+    return path, []
+
+
+def checkpoint_run(path):
+    """The run directory holding checkpoint `path` (the parent of its `checkpoints/`), or None
+    for a checkpoint elsewhere."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(directory) != trainer.CHECKPOINT_DIR:
+        return None
+    return os.path.dirname(directory)
+
+
+def check_same_configuration(logdir, path):
+    """Refuses checkpoint `path` of another run whose configuration differs from `logdir`'s.
+
+    A checkpoint of another network or environment fails to restore (see `_mismatch`), but one
+    of the same shapes (another activation, other wrappers) would restore and act wrongly.
+    Compares the files the trainer compares on resume (`config.gin`, else the operative
+    configurations); a checkpoint without a run configuration beside it is not checked.
+    """
+    run = checkpoint_run(path)
+    if run is None or os.path.realpath(run) == os.path.realpath(logdir):
+        return
+    for name in (run_config.CONFIG_FILE, run_config.OPERATIVE_CONFIG_FILE):
+        ours, theirs = os.path.join(logdir, name), os.path.join(run, name)
+        if os.path.isfile(ours) and os.path.isfile(theirs):
+            diff = run_config.config_difference(
+                _read_text(ours), _read_text(theirs), 'logdir config', 'checkpoint\'s run config')
+            if diff:
+                raise ConfigError(
+                    f'checkpoint {path} belongs to the run {run}, of a different configuration '
+                    f'than logdir {logdir}; give --logdir={run} to use it with its own '
+                    f'configuration. Difference:\n{diff}')
+            return
+
+
+def _read_text(path):
+    with open(path, encoding='utf-8') as f:
+        return f.read()
 
 
 def environment_from_config(config):
@@ -146,7 +209,7 @@ def restore_agent(logdir, checkpoint=None):
     (not the optimizer nor the reward scaler, whose shape depends on the training batch).
     """
     config = read_config(logdir)
-    path = find_checkpoint(logdir, checkpoint)
+    path, skipped = find_checkpoint(logdir, checkpoint)
     environment = environment_from_config(config)
     env = environment.make()
     try:
@@ -170,7 +233,7 @@ def restore_agent(logdir, checkpoint=None):
     # Partial on purpose: the optimizer and reward scaler stay in the checkpoint.
     acting.read(path).expect_partial().assert_existing_objects_matched()
     return RestoredRun(agent, environment, observation_space, action_space, path,
-                       int(env_steps.numpy()), config)
+                       int(env_steps.numpy()), config, tuple(skipped))
 
 
 def _mismatch(checkpoint, path):

@@ -1,6 +1,7 @@
 """Tests for restoring a run's agent, and the trainer's policy exports that mirror checkpoints."""
 
 import os
+import shutil
 import tempfile
 
 import gin
@@ -30,6 +31,38 @@ def observations(count):
     return np.random.default_rng(0).uniform(-1, 1, (count, 3)).astype(np.float32)
 
 
+_TRAINED = []
+
+
+def trained_run():
+    """The logdir of TINY_RUN, trained once for all tests (which must not change it)."""
+    if not _TRAINED:
+        logdir = tempfile.mkdtemp(dir=absltest.TEST_TMPDIR.value)
+        gin.clear_config()
+        try:
+            gin.parse_config(TINY_RUN)
+            trainer.train(logdir)
+        finally:
+            gin.clear_config()
+        _TRAINED.append(logdir)
+    return _TRAINED[0]
+
+
+def snapshot(directory):
+    """Every file under `directory` with its bytes, to show that nothing changed."""
+    files = {}
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(parent, name), 'rb') as f:
+                files[os.path.relpath(os.path.join(parent, name), directory)] = f.read()
+    return files
+
+
+def truncate(path):
+    with open(path, 'r+b') as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
 def save_checkpoint(directory, agent, step):
     """A checkpoint laid out as the trainer writes it."""
     checkpoint = tf.train.Checkpoint(
@@ -43,11 +76,7 @@ class RestoreTest(absltest.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.logdir = tempfile.mkdtemp(dir=absltest.TEST_TMPDIR.value)
-        gin.clear_config()
-        gin.parse_config(TINY_RUN)
-        trainer.train(cls.logdir)
-        gin.clear_config()
+        cls.logdir = trained_run()
 
     def tearDown(self):
         gin.clear_config()
@@ -119,6 +148,112 @@ class RestoreTest(absltest.TestCase):
             path = save_checkpoint(directory, agent, 100)
             with self.assertRaisesRegex(run_config.ConfigError, message):
                 restore.restore_agent(self.logdir, checkpoint=path)
+
+
+class DamagedRunTest(absltest.TestCase):
+    """Checkpoints that do not read back, and checkpoints of runs of other configurations."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.baseline = trained_run()
+
+    def setUp(self):
+        super().setUp()
+        self.logdir = self.copy_run('run')
+
+    def tearDown(self):
+        gin.clear_config()
+        super().tearDown()
+
+    def copy_run(self, name):
+        path = os.path.join(self.create_tempdir().full_path, name)
+        shutil.copytree(self.baseline, path)
+        return path
+
+    def checkpoint(self, step, suffix='', logdir=None):
+        return os.path.join(logdir or self.logdir, 'checkpoints', f'ckpt-{step}{suffix}')
+
+    def test_damaged_latest_falls_back_and_changes_nothing(self):
+        truncate(self.checkpoint(768, '.data-00000-of-00001'))
+        before = snapshot(self.logdir)
+        run = restore.restore_agent(self.logdir)
+        self.assertEqual((run.checkpoint, run.step), (self.checkpoint(512), 512))
+        self.assertEqual(run.skipped, ((self.checkpoint(768), 'Read less bytes than requested'),))
+        self.assertEqual(
+            run.fallback_warning,
+            f'Checkpoint {self.checkpoint(768)} (Read less bytes than requested) does not read '
+            f'back; using {self.checkpoint(512)} (step 512), the newest checkpoint that does. '
+            'Nothing in the logdir was changed.')
+        self.assertEqual(snapshot(self.logdir), before)
+        self.assertIsNone(restore.restore_agent(self.baseline).fallback_warning)
+
+    def test_warning_names_every_checkpoint_passed_over(self):
+        run = restore.RestoredRun(None, None, None, None, 'c/ckpt-1', 1, '',
+                                  (('c/ckpt-2', 'cut'), ('c/ckpt-3', 'garbage')))
+        self.assertEqual(run.fallback_warning,
+                         'Checkpoints c/ckpt-2 (cut), c/ckpt-3 (garbage) do not read back; using '
+                         'c/ckpt-1 (step 1), the newest checkpoint that does. Nothing in the '
+                         'logdir was changed.')
+
+    def test_no_readable_checkpoint(self):
+        for step in (512, 768):
+            truncate(self.checkpoint(step, '.data-00000-of-00001'))
+        with self.assertRaisesRegex(
+                run_config.ConfigError, rf'^no checkpoint of logdir {self.logdir} reads back '
+                r'\(ckpt-512: Read less bytes than requested; ckpt-768: Read less bytes than '
+                r'requested\)$'):
+            restore.restore_agent(self.logdir)
+
+    def test_named_damaged_checkpoint_is_an_error(self):
+        truncate(self.checkpoint(512, '.data-00000-of-00001'))
+        before = snapshot(self.logdir)
+        message = (rf'^checkpoint {self.checkpoint(512)} is damaged: it does not read back '
+                   r'\(Read less bytes than requested\)$')
+        for checkpoint in ('512', self.checkpoint(512)):
+            with self.assertRaisesRegex(run_config.ConfigError, message):
+                restore.restore_agent(self.logdir, checkpoint=checkpoint)
+        self.assertEqual(snapshot(self.logdir), before)
+
+    def test_checkpoint_of_a_run_of_another_configuration_is_refused(self):
+        # Same shapes, another activation: it would restore and act wrongly.
+        other = self.copy_run('other')
+        path = os.path.join(other, run_config.OPERATIVE_CONFIG_FILE)
+        with open(path) as f:
+            config = f.read()
+        self.assertIn("FeedForwardGaussianPolicy.activation = 'tanh'", config)
+        with open(path, 'w') as f:
+            f.write(config.replace("FeedForwardGaussianPolicy.activation = 'tanh'",
+                                   "FeedForwardGaussianPolicy.activation = 'relu'"))
+        with self.assertRaisesRegex(
+                run_config.ConfigError,
+                rf'^checkpoint {self.checkpoint(512, logdir=other)} belongs to the run {other}, '
+                rf'of a different configuration than logdir {self.logdir}; give --logdir='
+                rf'{other} to use it with its own configuration. Difference:\n'
+                r"(.|\n)*-FeedForwardGaussianPolicy.activation = 'tanh'\n"
+                r"\+FeedForwardGaussianPolicy.activation = 'relu'"):
+            restore.restore_agent(self.logdir, checkpoint=self.checkpoint(512, logdir=other))
+
+    def test_config_gin_is_compared_first(self):
+        other = self.copy_run('other')
+        for logdir, seed in ((self.logdir, 1), (other, 2)):
+            with open(os.path.join(logdir, run_config.CONFIG_FILE), 'w') as f:
+                f.write(f'train.seed = {seed}\n')
+        with self.assertRaisesRegex(run_config.ConfigError, r'-train.seed = 1\n\+train.seed = 2'):
+            restore.restore_agent(self.logdir, checkpoint=self.checkpoint(512, logdir=other))
+
+    def test_checkpoint_of_a_run_of_the_same_configuration_or_of_no_run_is_accepted(self):
+        same = self.copy_run('same')
+        run = restore.restore_agent(self.logdir, checkpoint=self.checkpoint(512, logdir=same))
+        self.assertEqual(run.step, 512)
+        elsewhere = self.create_tempdir().full_path
+        for name in os.listdir(os.path.join(same, 'checkpoints')):
+            if name.startswith('ckpt-512.'):
+                shutil.copy(os.path.join(same, 'checkpoints', name), elsewhere)
+        run = restore.restore_agent(self.logdir, checkpoint=os.path.join(elsewhere, 'ckpt-512'))
+        self.assertEqual(run.step, 512)
+        self.assertIsNone(restore.checkpoint_run(os.path.join(elsewhere, 'ckpt-512')))
+        self.assertEqual(restore.checkpoint_run(self.checkpoint(512, logdir=same)), same)
 
 
 class EnvironmentFromConfigTest(absltest.TestCase):

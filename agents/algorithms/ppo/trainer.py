@@ -15,9 +15,11 @@ killed run leaves behind and how resuming deals with it).
 
 Faults end in a `TrainingError` that names the problem, never with a checkpoint of a broken
 state:
-- SIGTERM or SIGINT: the run saves a checkpoint after the current iteration and raises
-  `Interrupted` (a second signal stops at once);
-- a training environment (or its worker process) fails: all training environments are rebuilt
+- SIGTERM or SIGINT: the run saves a checkpoint after the current compiled call (an iteration,
+  or a rollout of the evaluation) and raises `Interrupted`; a wait for environment workers
+  ends at once, and a second signal stops the process at once (see tools/stop_signals.py);
+- a training environment fails (raises, or its worker process dies or does not answer within
+  `BatchEnv.timeout`, a minute by default): all training environments are rebuilt
   and the iteration is redone (`on_env_failure='restart'`, at most `max_env_restarts` times
   between checkpoints), or the run stops (`'stop'`);
 - a non-finite observation or reward of the rollout, or a non-finite loss, gradient or
@@ -49,7 +51,7 @@ from agents import envs
 from agents.algorithms.ppo import policy_export, ppo, recovery, simulated_agent
 from agents.runs import run_dir
 from agents.scripts import run_config
-from agents.tools import batch_env, in_graph_batch_env, simulate
+from agents.tools import batch_env, in_graph_batch_env, simulate, stop_signals
 from agents.tools import wrappers as wrappers_lib
 
 METRICS_FILE = run_dir.METRICS_FILE
@@ -344,6 +346,12 @@ class _FailureRecorder(gym.vector.VectorWrapper):
         super().__init__(env)
         self.failure = None
 
+    def cancel_wait(self, reason):
+        self.env.cancel_wait(reason)
+
+    def waiting(self):
+        return self.env.waiting()
+
     def step(self, actions):
         try:
             return self.env.step(actions)
@@ -434,6 +442,9 @@ class TrainingRun:
         self._export_thread = None  # An executor while `run` runs.
         self._pending_export = None  # (what, future) of the export being written.
         self._after_save = None  # Called with the saved state complete (see `run`).
+        self._signals = None  # The StopSignals watched while `run` runs.
+        self._heartbeat = None  # The _Heartbeat of `run`.
+        self._step = 0  # int(env_steps) as of the last iteration, for other threads.
         self._saved_step = None
         # The update's whole state, copied before each update to undo a non-finite one.
         seen, self._variables = set(), []
@@ -493,33 +504,64 @@ class TrainingRun:
                 logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
         return path
 
-    def run(self, after_save=None):
+    def run(self, after_save=None, signals=None):
         """Trains from the latest checkpoint to the budget; returns the last evaluation.
 
         `after_save`, if given, is called whenever the logdir holds a complete save (after each
         evaluation's checkpoint, policy and metrics line, and after the checkpoint of a signal),
-        e.g. to upload it to the run's bucket. Raises TrainingError (a subclass naming the
-        fault) when training cannot go on.
+        e.g. to upload it to the run's bucket. `signals`: the entered StopSignals of the
+        caller, if it watches them already. Raises TrainingError (a subclass naming the fault)
+        when training cannot go on.
         """
         self._after_save = after_save
-        with _SignalFlag() as interrupt, concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix='policy-export') as self._export_thread:
+        with contextlib.ExitStack() as stack:
+            if signals is None:
+                signals = stack.enter_context(stop_signals.StopSignals())
+            self._signals = signals
+            stack.enter_context(signals.deferred())
+            stack.callback(self._signals.on_stop(self._cancel_env_waits))
+            self._heartbeat = stack.enter_context(_Heartbeat(
+                max(self._log_every_secs, 1.0), self._heartbeat_line))
+            self._export_thread = stack.enter_context(concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix='policy-export'))
             try:
-                latest = self._run(interrupt)
+                latest = self._run()
                 self._finish_export()
                 return latest
             except BaseException:
                 self._abandon_export()  # The first fault is the one to report.
                 raise
 
-    def _run(self, interrupt):
+    def _cancel_env_waits(self, signum):
+        """Ends a wait for the training environments' workers, e.g. for one that hangs."""
+        vector_env = getattr(self._train_env, 'vector_env', None)
+        if vector_env is not None:
+            vector_env.cancel_wait(f'stopping on {signal.Signals(signum).name}')
+
+    def _check_signals(self):
+        """Stops the run (Interrupted) if a stop signal came."""
+        if self._signals.signum is not None:
+            self._stop_on_signal(self._signals.signum)
+
+    def _heartbeat_line(self, phase, seconds):
+        """The progress line of a phase that has lasted `seconds` without one."""
+        line = f'step {self._step}/{self._total_steps} | {phase} for {seconds:.0f} s'
+        vector_env = getattr(self._train_env, 'vector_env', None)
+        waiting = vector_env.waiting() if vector_env is not None else None
+        if waiting:
+            waited, workers = waiting
+            line += (f' | waiting {waited:.0f} s for {", ".join(workers)} (deemed hung after '
+                     'BatchEnv.timeout)')
+        return line
+
+    def _run(self):
         with self._writing(f'the logdir {self._logdir}'):
             removed = recovery.clean_partial_writes(
                 self._logdir, self._checkpoint_dir, self._policy_dir)
         if removed:
             logging.info('Removed what interrupted writes left: %s', ', '.join(removed))
         self.restore()
-        start_steps = int(self.env_steps)
+        start_steps = self._step = int(self.env_steps)
         self._saved_step = start_steps if self._manager.latest_checkpoint else None
         with self._writing(f'the summaries in {self._logdir}'):
             self._writer = tf.summary.create_file_writer(self._logdir)
@@ -534,13 +576,14 @@ class TrainingRun:
         first_iteration = True
         episode_returns = []
         while int(self.env_steps) < self._total_steps:
-            if interrupt.signum is not None:
-                self._stop_on_signal(interrupt.signum)
+            self._check_signals()
             began = time.time()
             previous_steps = int(self.env_steps)
+            self._heartbeat.phase('the first iteration (tracing and compiling)'
+                                  if first_iteration else 'an iteration')
             transitions, metrics = self._iteration(first_iteration)
             train_seconds += time.time() - began
-            steps = int(self.env_steps)
+            steps = self._step = int(self.env_steps)
             steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
             done = transitions.terminated | transitions.truncated
             returns = transitions.episode_return[done]
@@ -568,6 +611,7 @@ class TrainingRun:
             if finished or time.time() - last_log >= self._log_every_secs:
                 last_log = time.time()
                 self._log_progress(steps, steps_per_sec, episode_returns, latest)
+            self._heartbeat.phase('training')
         if latest is None:
             logging.info('Nothing to do: the run already reached %d steps.', self._total_steps)
         else:
@@ -641,6 +685,7 @@ class TrainingRun:
         """One compiled iteration, redone on fresh environments if they fail (see
         `on_env_failure`); returns the episode summary and the update's metrics."""
         while True:
+            self._check_signals()  # Also before a retry on rebuilt environments.
             # Native environments have no vector env: they run no code that could crash.
             vector_env = getattr(self._train_env, 'vector_env', None)
             if vector_env is not None:
@@ -650,6 +695,13 @@ class TrainingRun:
                 break
             except tf.errors.OpError as error:
                 failure = vector_env.failure if vector_env is not None else None
+                if isinstance(failure, batch_env.WaitCancelled):
+                    # A stop signal ended the wait for the workers, which may hang: they are
+                    # not waited for again.
+                    with contextlib.suppress(Exception):
+                        vector_env.close(terminate=True)
+                    self._check_signals()
+                    raise
                 if failure is not None:
                     self._restart_envs(failure)
                 elif _NONFINITE_ACTION in error.message:
@@ -791,7 +843,9 @@ class TrainingRun:
 
     def _evaluate_and_save(self, steps, save_checkpoint=True):
         """Evaluates; writes the checkpoint, the policy, the metrics line and summaries."""
+        self._heartbeat.phase(f'the evaluation of step {steps}')
         returns, lengths = self._evaluate(steps)
+        self._heartbeat.phase(f'saving step {steps}')
         finite = np.isfinite(returns).all()
         if not finite:
             logging.warning('Evaluation at step %d: environments %s ended with a non-finite '
@@ -906,6 +960,8 @@ class TrainingRun:
         finished = np.zeros(num_envs, bool)
         reset = True
         while not finished.all():
+            # The checkpoint of `steps` is saved on the way out; a resumed run evaluates it.
+            self._check_signals()
             try:
                 summary = self._eval_rollout(tf.constant(reset))
             except tf.errors.OpError as error:
@@ -940,42 +996,48 @@ class TrainingRun:
         logging.info('step %d/%d | %.0f env steps/s | ETA %s | train return %s | eval return %s',
                      steps, self._total_steps, steps_per_sec, _format_seconds(eta), train_return,
                      eval_return)
+        self._heartbeat.beat()
 
 
-class _SignalFlag:
-    """Turns SIGTERM and SIGINT into a flag that the training loop checks between iterations.
-
-    The first signal asks the loop to save a checkpoint and stop; handlers are then restored,
-    so a second signal acts at once. Only the main thread can install handlers; elsewhere
-    (e.g. a test runner's thread) signals keep their usual effect.
+class _Heartbeat:
+    """Logs a progress line whenever none came for `period` seconds, naming the phase the run
+    is in: the first iteration's compilation, a wait for a hung environment worker, a long
+    evaluation. The main thread may be inside a compiled call meanwhile, so a thread logs it.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    def __init__(self, period, line):
+        """`line(phase, seconds)` is the text of the line."""
+        self._period = period
+        self._line = line
+        self._phase = ('starting', time.monotonic())
+        self._last = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name='heartbeat', daemon=True)
 
-    def __init__(self):
-        self.signum = None
-        self._previous = {}
+    def phase(self, name):
+        """Notes that the run now does `name` (e.g. 'an iteration')."""
+        self._phase = (name, time.monotonic())
+
+    def beat(self):
+        """Notes that a progress line was just logged."""
+        self._last = time.monotonic()
+
+    def _beat(self):
+        while not self._stopped.wait(min(self._period, 1.0)):
+            now = time.monotonic()
+            if now - self._last >= self._period:
+                name, since = self._phase
+                if now - since >= self._period:
+                    logging.info('%s', self._line(name, now - since))
+                    self._last = now
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
+        self._thread.start()
         return self
 
-    def _handle(self, signum, frame):
-        del frame
-        self.signum = signum
-        self._restore()
-        logging.warning('Received %s: stopping after the current iteration with a checkpoint '
-                        '(send it again to stop at once).', signal.Signals(signum).name)
-
-    def _restore(self):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-
     def __exit__(self, *unused_exc_info):
-        self._restore()
+        self._stopped.set()
+        self._thread.join()
 
 
 def _describe_env_failure(error):
