@@ -145,10 +145,11 @@ class SweepTest(absltest.TestCase):
 
     def test_resume_after_the_sweep_is_killed(self):
         cwd = self.create_tempdir().full_path
+        # Three trials on two workers: when the first is done, the second is mid-way and the
+        # third about to start.
         write_spec(cwd, """
-            seeds: [0, 1]
             grid:
-              PPO.learning_rate: [3.0e-4, 1.0e-3]
+              PPO.learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]
             """)
         output_dir = os.path.join(cwd, 'out')
         results = os.path.join(output_dir, 'trials', '{}', 'result.json')
@@ -188,7 +189,7 @@ class SweepTest(absltest.TestCase):
             with open(os.path.join(output_dir, 'trials', trial_id, 'train.log')) as f:
                 attempts = re.findall(r'^=== .* ===$', f.read(), re.MULTILINE)
             self.assertLen(attempts, 1, f'{trial_id} trained more than once')
-        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 2)
+        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 3)
 
     def test_bad_spec_is_refused_before_anything_runs(self):
         cwd = self.create_tempdir().full_path

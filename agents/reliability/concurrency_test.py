@@ -27,9 +27,9 @@ class ConcurrencyTest(absltest.TestCase):
         first = harness.Binary('train', *harness.small_run(self.logdir, **LONG),
                                log_path=os.path.join(self.logs, 'first.log'))
         with first:
-            harness.wait_for(lambda: (first.progress() or 0) > 0, 180, 'the first trainer to '
-                             'train', process=first)
-            holder = harness.lock_holder(self.logdir)
+            # It holds the lock from then on, through its whole run.
+            holder = harness.wait_for(lambda: harness.lock_holder(self.logdir), 180,
+                                      'the first trainer to lock the logdir', process=first)
             self.assertEqual(holder['pid'], first.pid)
             self.assertIn('agents/scripts/train.py --gin_file=configs/pendulum.gin',
                           holder['command'])

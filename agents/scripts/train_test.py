@@ -116,13 +116,13 @@ class TrainBinaryTest(absltest.TestCase):
 
 
 # Three evaluations, the first well before the end: a signal after it stops the run midway.
-BUCKET_RUN = ['--gin_bindings=train.total_steps = 8192', '--gin_bindings=train.num_envs = 4',
+BUCKET_RUN = ['--gin_bindings=train.total_steps = 6144', '--gin_bindings=train.num_envs = 4',
               '--gin_bindings=train.rollout_length = 64',
               '--gin_bindings=train.eval_every_steps = 2048',
               '--gin_bindings=train.eval_episodes = 1',
               "--gin_bindings=train.env_mode = 'in_process'",
               '--gin_bindings=PPO.num_minibatches = 4']
-TOTAL_STEPS = 8192
+TOTAL_STEPS = 6144
 
 
 def steps_of(metrics):

@@ -1,7 +1,11 @@
 """Tests for the PPO training loop: learning, logs, checkpoint round trip, bad input."""
 
+import contextlib
+import functools
 import json
 import os
+import shutil
+import tempfile
 import threading
 from unittest import mock
 
@@ -22,9 +26,90 @@ PPO.num_minibatches = 16
 """
 
 
+# The short run several tests share (each building a run costs seconds of tracing): 128 steps
+# per iteration, so the evaluations come at the first iteration past each multiple of 300
+# (384, 640, 1024) and at the end (1280).
+SHORT = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=64, env_mode='in_process',
+             eval_every_steps=300, eval_episodes=1, seed=3)
+SHORT_STEPS = 1280
+SHORT_EVALUATIONS = [384, 640, 1024, 1280]
+HALF_STEPS = 640  # A run of SHORT stopped half-way, at its second evaluation.
+
+
 def read_metrics(logdir):
     with open(os.path.join(logdir, trainer.METRICS_FILE)) as f:
         return [json.loads(line) for line in f]
+
+
+def _shared_dir(name):
+    directory = tempfile.mkdtemp(prefix=f'{name}-', dir=absltest.TEST_TMPDIR.value)
+    return os.path.join(directory, 'run')
+
+
+@contextlib.contextmanager
+def _pendulum_config():
+    """Gin holds PENDULUM alone inside the context, and again after it (as the tests' setUp
+    leaves it: the shared runs are made on the first test that asks for them)."""
+    gin.clear_config()
+    gin.parse_config(PENDULUM)
+    try:
+        yield
+    finally:
+        gin.clear_config()
+        gin.parse_config(PENDULUM)
+
+
+@functools.cache
+def finished_run():
+    """A run of SHORT to its end (keeping 2 checkpoints), with the threads that wrote its
+    policies: (logdir, the training thread's name, the threads of tf.saved_model.save, the
+    threads of PolicyExporter._write_saved_model). Read-only: copy it to change it."""
+    savers, writers = [], []
+    save, write = tf.saved_model.save, policy_export.PolicyExporter._write_saved_model
+
+    def recording_save(*args, **kwargs):
+        savers.append(threading.current_thread().name)
+        return save(*args, **kwargs)
+
+    def recording_write(exporter, directory):
+        writers.append(threading.current_thread().name)
+        return write(exporter, directory)
+
+    logdir = _shared_dir('finished')
+    with _pendulum_config(), mock.patch.object(tf.saved_model, 'save', recording_save), \
+            mock.patch.object(policy_export.PolicyExporter, '_write_saved_model',
+                              recording_write):
+        trainer.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2, **SHORT)
+    return logdir, threading.current_thread().name, savers, writers
+
+
+@functools.cache
+def half_run():
+    """A run of SHORT stopped at HALF_STEPS (its budget then). Read-only: copy it to resume."""
+    logdir = _shared_dir('half')
+    with _pendulum_config():
+        trainer.train(logdir, total_steps=HALF_STEPS, **SHORT)
+    return logdir
+
+
+@functools.cache
+def resumed_run():
+    """A copy of `half_run` resumed to SHORT_STEPS, and what it held once restored: (logdir,
+    the checkpoint it restored, its env_steps then, a checkpoint of all it then held).
+    Read-only."""
+    logdir = shutil.copytree(half_run(), _shared_dir('resumed'))
+    with _pendulum_config(), trainer.training_run(
+            logdir, total_steps=SHORT_STEPS, **SHORT) as run:
+        restored = run.restore()
+        steps = int(run.env_steps)
+        again = run.checkpoint.write(os.path.join(os.path.dirname(logdir), 'again', 'ckpt'))
+        run.run()
+    return logdir, restored, steps, again
+
+
+def copy_run(logdir, test):
+    """A copy of the run in `logdir` in a temporary directory of `test`."""
+    return shutil.copytree(logdir, os.path.join(test.create_tempdir().full_path, 'run'))
 
 
 class TrainerTest(parameterized.TestCase):
@@ -59,37 +144,29 @@ class TrainerTest(parameterized.TestCase):
         self.assertTrue(os.path.isdir(os.path.join(logdir, 'policy', str(metrics[-1]['step']))))
 
     def test_resume_restores_state_exactly_and_goes_on(self):
-        logdir = self.create_tempdir().full_path
-        config = dict(env_id='Pendulum-v1', num_envs=4, rollout_length=64, env_mode='in_process',
-                      eval_every_steps=256, eval_episodes=2, seed=3)
-        trainer.train(logdir, total_steps=512, **config)
-        saved = tf.train.load_checkpoint(os.path.join(logdir, trainer.CHECKPOINT_DIR))
-        with trainer.training_run(logdir, total_steps=1024, **config) as run:
-            self.assertIsNotNone(run.restore())
-            self.assertEqual(int(run.env_steps), 512)
-            # Everything the run holds, written out again, equals the checkpoint tensor by
-            # tensor: weights, optimizer slots, normalizer statistics, counters.
-            again = tf.train.load_checkpoint(
-                run.checkpoint.write(os.path.join(self.create_tempdir().full_path, 'again')))
-            names = sorted(saved.get_variable_to_shape_map())
-            self.assertEqual(names, sorted(again.get_variable_to_shape_map()))
-            self.assertContainsSubset(
-                ['agent/observ_normalizer/mean/.ATTRIBUTES/VARIABLE_VALUE',
-                 'env_steps/.ATTRIBUTES/VARIABLE_VALUE'], names)
-            self.assertNotEmpty([name for name in names if 'optimizer' in name])
-            for name in names:
-                if name.startswith('_CHECKPOINTABLE_OBJECT_GRAPH') or 'save_counter' in name:
-                    continue
-                np.testing.assert_array_equal(again.get_tensor(name), saved.get_tensor(name),
-                                              err_msg=name)
-            run.run()
-        self.assertEqual([m['step'] for m in read_metrics(logdir)], [256, 512, 768, 1024])
+        saved = tf.train.load_checkpoint(os.path.join(half_run(), trainer.CHECKPOINT_DIR))
+        logdir, restored, steps, written = resumed_run()
+        self.assertIsNotNone(restored)
+        self.assertEqual(steps, HALF_STEPS)
+        # Everything the run held once restored, written out again, equals the checkpoint
+        # tensor by tensor: weights, optimizer slots, normalizer statistics, counters.
+        again = tf.train.load_checkpoint(written)
+        names = sorted(saved.get_variable_to_shape_map())
+        self.assertEqual(names, sorted(again.get_variable_to_shape_map()))
+        self.assertContainsSubset(
+            ['agent/observ_normalizer/mean/.ATTRIBUTES/VARIABLE_VALUE',
+             'env_steps/.ATTRIBUTES/VARIABLE_VALUE'], names)
+        self.assertNotEmpty([name for name in names if 'optimizer' in name])
+        for name in names:
+            if name.startswith('_CHECKPOINTABLE_OBJECT_GRAPH') or 'save_counter' in name:
+                continue
+            np.testing.assert_array_equal(again.get_tensor(name), saved.get_tensor(name),
+                                          err_msg=name)
+        # Then it went on to the end of its budget.
+        self.assertEqual([m['step'] for m in read_metrics(logdir)], SHORT_EVALUATIONS)
 
     def test_policies_exported_in_the_background_match_their_checkpoints(self):
-        logdir = self.create_tempdir().full_path
-        trainer.train(logdir, env_id='Pendulum-v1', total_steps=1280, num_envs=4,
-                      rollout_length=64, env_mode='in_process', eval_every_steps=256,
-                      eval_episodes=1, checkpoints_to_keep=2, seed=5)
+        logdir, _, _, _ = finished_run()  # Kept 2 checkpoints.
         self.assertEqual(sorted(os.listdir(os.path.join(logdir, 'policy'))), ['1024', '1280'])
         env = trainer.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
         observ = np.random.default_rng(0).uniform(-1, 1, (20, 3)).astype(np.float32)
@@ -108,24 +185,9 @@ class TrainerTest(parameterized.TestCase):
         # tf.saved_model.save (the first export) lowers the process-wide log level while it
         # runs: beside training it silenced the run's warnings. It must run on the training
         # thread; the later exports (values only) in the background.
-        savers, writers = [], []
-        save, write = tf.saved_model.save, policy_export.PolicyExporter._write_saved_model
-
-        def recording_save(*args, **kwargs):
-            savers.append(threading.current_thread().name)
-            return save(*args, **kwargs)
-
-        def recording_write(exporter, directory):
-            writers.append(threading.current_thread().name)
-            return write(exporter, directory)
-
-        with mock.patch.object(tf.saved_model, 'save', recording_save), mock.patch.object(
-                policy_export.PolicyExporter, '_write_saved_model', recording_write):
-            trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1',
-                          total_steps=768, num_envs=2, rollout_length=64,
-                          env_mode='in_process', eval_every_steps=256, eval_episodes=1)
-        self.assertEqual(savers, [threading.current_thread().name])
-        self.assertLen(writers, 2)
+        _, training_thread, savers, writers = finished_run()
+        self.assertEqual(savers, [training_thread])
+        self.assertLen(writers, len(SHORT_EVALUATIONS) - 1)
         self.assertTrue(all(name.startswith('policy-export') for name in writers), writers)
 
     def test_graph_optimizer_follows_the_backend(self):
@@ -139,12 +201,11 @@ class TrainerTest(parameterized.TestCase):
                                  arguments)
 
     def test_rerun_of_a_finished_run_does_nothing(self):
-        logdir = self.create_tempdir().full_path
-        config = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=32, env_mode='in_process',
-                      eval_every_steps=64, eval_episodes=1, total_steps=64)
-        trainer.train(logdir, **config)
-        self.assertIsNone(trainer.train(logdir, **config))
-        self.assertLen(read_metrics(logdir), 1)
+        logdir = copy_run(finished_run()[0], self)
+        before = read_metrics(logdir)
+        self.assertIsNone(trainer.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2,
+                                        **SHORT))
+        self.assertEqual(read_metrics(logdir), before)
 
     def test_native_backend_runs_discrete_actions_under_xla(self):
         gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
@@ -219,12 +280,8 @@ class TrainerTest(parameterized.TestCase):
                 run.check()
 
     def test_evaluations_fall_where_an_uninterrupted_run_puts_them(self):
-        config = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=64,
-                      env_mode='in_process', eval_every_steps=300, eval_episodes=1, seed=3)
-        uninterrupted, resumed = (self.create_tempdir().full_path for _ in range(2))
-        trainer.train(uninterrupted, total_steps=1280, **config)
-        trainer.train(resumed, total_steps=640, **config)
-        trainer.train(resumed, total_steps=1280, **config)
+        uninterrupted, _, _, _ = finished_run()
+        resumed, _, _, _ = resumed_run()  # Stopped at 640 steps, then resumed to the end.
         # 128 steps per iteration: the first past each multiple of 300, and the last.
         for logdir in (uninterrupted, resumed):
             self.assertEqual([m['step'] for m in read_metrics(logdir)], [384, 640, 1024, 1280])
