@@ -25,7 +25,8 @@ def restored_value(path):
     return float(variable.numpy())
 
 
-class CheckpointRecoveryTest(absltest.TestCase):
+class CheckpointsTestCase(absltest.TestCase):
+    """Three checkpoints, of steps 10, 20 and 30, in `self.directory`."""
 
     def setUp(self):
         super().setUp()
@@ -34,6 +35,9 @@ class CheckpointRecoveryTest(absltest.TestCase):
 
     def path(self, step, suffix=''):
         return os.path.join(self.directory, f'ckpt-{step}{suffix}')
+
+
+class CheckpointRecoveryTest(CheckpointsTestCase):
 
     def state(self):
         state = tf.train.get_checkpoint_state(self.directory)
@@ -129,15 +133,7 @@ def snapshot(directory):
     return files
 
 
-class NewestReadableCheckpointTest(absltest.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.directory = os.path.join(self.create_tempdir().full_path, 'checkpoints')
-        make_checkpoints(self.directory, [10, 20, 30])
-
-    def path(self, step, suffix=''):
-        return os.path.join(self.directory, f'ckpt-{step}{suffix}')
+class NewestReadableCheckpointTest(CheckpointsTestCase):
 
     def truncate(self, step):
         data = self.path(step, '.data-00000-of-00001')
