@@ -21,13 +21,13 @@ Example:
 import contextlib
 import dataclasses
 import functools
-import os
 import statistics
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+import psutil
 from absl import app, flags
 
 from agents.tools import batch_env
@@ -69,24 +69,12 @@ class Runner:
 
 
 def _cpu_seconds():
-    """CPU time of this process and its live descendants (from /proc on Linux)."""
+    """CPU time of this process and its live descendants."""
     seconds = time.process_time()
-    if not os.path.isdir('/proc'):
-        return seconds
-    children, times = {}, {}
-    for entry in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open(f'/proc/{entry}/stat') as stat:
-                fields = stat.read().rsplit(')', 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):  # It just ended.
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-        times[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
-    stack = [os.getpid()]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            seconds += times[child]
-            stack.append(child)
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # It just ended.
+            times = child.cpu_times()
+            seconds += times.user + times.system
     return seconds
 
 

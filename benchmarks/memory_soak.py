@@ -37,9 +37,10 @@ import sys
 import tempfile
 import time
 
+import psutil
 from absl import app, flags
 
-from agents.scripts import run_config
+from agents.runs import run_config
 
 BACKENDS = {
     'gymnasium': ("train.env_backend = 'gymnasium'",),
@@ -84,22 +85,11 @@ def read_status(pid):
 
 
 def descendants(root):
-    """Pids of `root`'s live descendants (the env worker processes)."""
-    children = {}
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as f:
-                    parent = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, stack = [], list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
+    """Pids of `root`'s descendants (the env worker processes)."""
+    try:
+        return [child.pid for child in psutil.Process(root).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 class StepReader:

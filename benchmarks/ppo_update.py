@@ -12,7 +12,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from agents.algorithms.ppo import networks, ppo
+from agents.algorithms import networks
+from agents.algorithms.ppo import ppo
 
 flags.DEFINE_integer('num_steps', 2048, 'Rollout length T.')
 flags.DEFINE_integer('num_envs', 1, 'Environments N.')

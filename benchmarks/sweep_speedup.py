@@ -21,7 +21,7 @@ import time
 
 from absl import app, flags
 
-from agents.scripts import run_config
+from agents.runs import run_config
 from pipelines import sweep_spec, trial
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum.yaml', 'The sweep spec to run.')

@@ -43,10 +43,12 @@ import tempfile
 import time
 
 import gin
+import psutil
 from absl import app, flags
 
-from agents.algorithms.ppo import networks, ppo, trainer
-from agents.scripts import run_config
+from agents.algorithms import networks
+from agents.algorithms.ppo import ppo
+from agents.runs import loop, run_config
 
 flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',
@@ -71,8 +73,6 @@ flags.DEFINE_float('poll_secs', 0.25, 'Interval of polling metrics and /proc.')
 FLAGS = flags.FLAGS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAGE_KB = os.sysconf('SC_PAGE_SIZE') / 1024
-CLOCK_TICKS = os.sysconf('SC_CLK_TCK')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,12 +156,12 @@ def shared_settings(task, budget, extra_bindings=()):
     bindings = list(task.gin_bindings) + list(extra_bindings) + [f'train.total_steps = {budget}']
     run_config.load(gin_files, bindings)
     try:
-        train = _reader('train', trainer.training_run)
+        train = _reader('train', loop.training_run)
         agent = _reader('PPO', ppo.PPO.__init__)
         policy = _reader('FeedForwardGaussianPolicy', networks.FeedForwardGaussianPolicy.__init__)
         value = _reader('FeedForwardValue', networks.FeedForwardValue.__init__)
         for name, expected in REQUIRED.items():
-            found = _parameter(name, trainer.training_run if name.startswith('train.')
+            found = _parameter(name, loop.training_run if name.startswith('train.')
                                else ppo.PPO.__init__)
             found = tuple(found) if isinstance(found, list) else found
             if found != expected:
@@ -205,45 +205,25 @@ def shared_settings(task, budget, extra_bindings=()):
 
 
 def _process_tree(root_pid, known):
-    """Pids of `root_pid`'s live descendants (and itself), plus live pids seen before (which may
-    have been re-parented when their parent ended)."""
-    children = {}
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as f:
-                    parent = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    tree, stack = set(), [root_pid]
-    while stack:
-        pid = stack.pop()
-        tree.add(pid)
-        stack.extend(children.get(pid, []))
-    return tree | {pid for pid in known if os.path.exists(f'/proc/{pid}')}
+    """Pids of `root_pid`'s descendants (and itself), plus pids seen before that still exist
+    (which may have been re-parented when their parent ended); zombies included, for their CPU
+    time."""
+    try:
+        tree = {child.pid for child in psutil.Process(root_pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        tree = set()
+    return tree | {root_pid} | {pid for pid in known if psutil.pid_exists(pid)}
 
 
 def _sample(pid):
     """(rss_mb, pss_mb, cpu_seconds) of one process; None if it is gone. A zombie (ended, not
     yet reaped) still shows its final CPU time, with no memory."""
     try:
-        with open(f'/proc/{pid}/stat') as f:
-            fields = f.read().rsplit(')', 1)[1].split()
-    except OSError:
+        process = psutil.Process(pid)
+        times, memory = process.cpu_times(), process.memory_full_info()
+    except psutil.Error:
         return None
-    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    rss = int(fields[21]) * PAGE_KB / 1024
-    pss = 0.0
-    try:
-        with open(f'/proc/{pid}/smaps_rollup') as f:
-            for line in f:
-                if line.startswith('Pss:'):
-                    pss = int(line.split()[1]) / 1024
-                    break
-    except OSError:
-        pass
-    return rss, pss, cpu
+    return memory.rss / 2**20, memory.pss / 2**20, times.user + times.system
 
 
 def run_monitored(command, logdir, env, poll_secs):
@@ -252,7 +232,7 @@ def run_monitored(command, logdir, env, poll_secs):
         # BatchPPO would resume the run found there.
         raise FileExistsError(f'{logdir} exists; give an empty --workdir')
     os.makedirs(os.path.dirname(logdir), exist_ok=True)
-    metrics_path = os.path.join(logdir, trainer.METRICS_FILE)
+    metrics_path = os.path.join(logdir, loop.METRICS_FILE)
     load_before = os.getloadavg()[0]
     evals, offset, pending = [], 0, ''
     peak_rss = peak_pss = 0.0

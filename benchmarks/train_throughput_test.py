@@ -11,7 +11,7 @@ import textwrap
 
 from absl.testing import absltest
 
-from agents.scripts import run_config
+from agents.runs import run_config
 from benchmarks import train_throughput
 
 # A stand-in for a training run: holds `MB` of memory in itself and in a child process, writes

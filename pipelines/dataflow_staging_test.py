@@ -40,13 +40,14 @@ from tools.package_contents import (
 )
 
 # What a sweep runs on a worker: the sweep and its trials, the trainer binary and its
-# configuration loading, the PPO trainer, and the configs and sweep specs. Every other module
-# of the packages, config and report template is required too (found in the tree).
+# configuration loading, the run loop and the algorithms, and the configs and sweep specs.
+# Every other module of the packages, config and report template is required too (found in
+# the tree).
 REQUIRED = (
     'pipelines/sweep.py', 'pipelines/sweep_spec.py', 'pipelines/trial.py',
-    'pipelines/supervise.py', 'agents/scripts/train.py',
-    'agents/scripts/run_config.py', 'agents/algorithms/ppo/trainer.py',
-    'agents/algorithms/ppo/ppo.py', 'agents/tools/batch_env.py', 'configs/base.gin',
+    'pipelines/supervise.py', 'agents/scripts/train.py', 'agents/runs/run_config.py',
+    'agents/runs/loop.py', 'agents/algorithms/registry.py', 'agents/algorithms/ppo/ppo.py',
+    'agents/algorithms/a2c/a2c.py', 'agents/tools/batch_env.py', 'configs/base.gin',
     'configs/pendulum.gin', 'configs/sweeps/pendulum.yaml')
 PACKAGE_FILES = ('agents/**/*.py', 'pipelines/**/*.py', 'pipelines/templates/*.html.j2',
                  'configs/**/*.gin', 'configs/sweeps/*.yaml')

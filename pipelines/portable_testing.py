@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import psutil
+
 from pipelines.process_testing import wait_for
 
 # The pool logs its port at INFO, but configures no handler: give it one.
@@ -94,9 +96,10 @@ class PortableCluster:
     def worker_pids(self):
         """The pids of the SDK worker processes the pool started (alive or zombie)."""
         pool = getattr(self, 'pool', None)
-        if pool is None:
+        try:
+            return [child.pid for child in psutil.Process(pool.pid).children()] if pool else []
+        except psutil.NoSuchProcess:  # The pool has been reaped.
             return []
-        return _children(pool.pid)
 
     def logs(self):
         text = []
@@ -104,18 +107,3 @@ class PortableCluster:
             with open(path, errors='replace') as f:
                 text.append(f'--- {os.path.basename(path)} ---\n{f.read()[-4000:]}')
         return '\n'.join(text)
-
-
-def _children(pid):
-    children = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f'/proc/{entry}/stat') as f:
-                parent = int(f.read().rsplit(')', 1)[1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-        if parent == pid:
-            children.append(int(entry))
-    return children

@@ -5,6 +5,8 @@ import fcntl
 import os
 import time
 
+import psutil
+
 
 def wait_for(condition, timeout=30.0, what='condition', interval=0.05):
     """Polls `condition()` until it is true, or raises AssertionError after `timeout` seconds."""
@@ -18,9 +20,8 @@ def wait_for(condition, timeout=30.0, what='condition', interval=0.05):
 def process_gone(pid):
     """Whether process `pid` has exited (it no longer exists, or is a zombie)."""
     try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().split(')')[-1].split()[0] == 'Z'
-    except FileNotFoundError:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return True
 
 

@@ -60,8 +60,7 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
-from agents.runs import run_dir
-from agents.scripts import run_config
+from agents.runs import run_config, run_dir
 from pipelines import plots, report_data, report_html, run_reader
 
 EXIT_USAGE = 2

@@ -51,8 +51,8 @@ from tensorboard.compat.proto import event_pb2, types_pb2
 from agents.runs import run_dir
 
 CONFIG_FILES = (run_dir.OPERATIVE_CONFIG_FILE, run_dir.CONFIG_FILE)
-METRICS_FILE = run_dir.METRICS_FILE  # As agents/algorithms/ppo/trainer.py writes it.
-POLICY_DIR = run_dir.POLICY_DIR  # As agents/algorithms/ppo/policy_export.py exports to it.
+METRICS_FILE = run_dir.METRICS_FILE  # As agents/runs/loop.py writes it.
+POLICY_DIR = run_dir.POLICY_DIR  # As agents/runs/policy_export.py exports to it.
 EVENTS_PATTERN = run_dir.EVENTS_PREFIX + '*'
 TRIALS_FILE = 'trials.jsonl'
 EVAL_TAG = 'eval/mean_return'

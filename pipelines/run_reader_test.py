@@ -80,8 +80,8 @@ class ParseBindingsTest(absltest.TestCase):
         self.assertEqual(key, run_reader.config_key(dict(reversed(list(base.items())))))
 
     def test_constants_match_the_trainer(self):
-        from agents.algorithms.ppo import policy_export, trainer
-        self.assertEqual(run_reader.METRICS_FILE, trainer.METRICS_FILE)
+        from agents.runs import loop, policy_export
+        self.assertEqual(run_reader.METRICS_FILE, loop.METRICS_FILE)
         self.assertEqual(run_reader.POLICY_DIR, policy_export.POLICY_DIR)
 
 

@@ -8,7 +8,7 @@ import sys
 
 from absl.testing import absltest
 
-from agents.scripts import run_config
+from agents.runs import run_config
 from pipelines.process_testing import process_gone, wait_for
 
 

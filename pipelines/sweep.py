@@ -34,8 +34,7 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
-from agents.runs import run_dir
-from agents.scripts import run_config
+from agents.runs import run_config, run_dir
 from pipelines import sweep_spec
 from pipelines import trial as trial_lib
 

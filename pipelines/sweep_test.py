@@ -1,6 +1,7 @@
 """Tests of the sweep binary: tiny sweeps with the real trainer on Beam's DirectRunner and
 portable runner, failures, resume after a kill, refusals; and the pieces it writes with."""
 
+import contextlib
 import csv
 import json
 import os
@@ -11,14 +12,15 @@ import sys
 import textwrap
 from unittest import mock
 
+import psutil
 from absl.testing import absltest
 from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, WorkerOptions
 
-from agents.runs import gcs_testing
-from agents.scripts import run_config, testing_utils
+from agents.runs import gcs_testing, run_config
+from agents.scripts import testing_utils
 from pipelines import sweep, sweep_spec, trial
 from pipelines.portable_testing import PortableCluster
-from pipelines.process_testing import lock_is_free, wait_for
+from pipelines.process_testing import lock_is_free, process_gone, wait_for
 
 ROOT = run_config.PACKAGE_ROOT
 # Two evaluations of one episode in about 10 s of training per trial.
@@ -66,14 +68,10 @@ def read_csv(path):
 
 def group_gone(pgid):
     """Whether no live (non-zombie) process is left in process group `pgid`."""
-    for pid in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open(f'/proc/{pid}/stat') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != 'Z' and int(fields[2]) == pgid:
-            return False
+    for pid in psutil.pids():
+        with contextlib.suppress(ProcessLookupError):  # It ended meanwhile.
+            if os.getpgid(pid) == pgid and not process_gone(pid):
+                return False
     return True
 
 

@@ -32,8 +32,7 @@ import tempfile
 import threading
 import time
 
-from agents.runs import run_dir
-from agents.scripts import run_config
+from agents.runs import run_config, run_dir
 
 TRAINER_MODULE = 'agents.scripts.train'
 TRIALS_DIR = 'trials'

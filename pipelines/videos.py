@@ -44,7 +44,7 @@ def render_policy(policy_dir, path, seed=0, max_steps=200, max_size=256):
       VideoError: the directory holds no usable policy or its environment cannot be made.
     """
     # TensorFlow and the trainer load only when a video is made.
-    from agents.algorithms.ppo import policy_export, restore
+    from agents.runs import policy_export, restore
 
     try:
         policy = policy_export.SavedPolicy(policy_dir)

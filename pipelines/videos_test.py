@@ -36,7 +36,7 @@ class RenderPolicyTest(absltest.TestCase):
             os.path.join(absltest.get_default_test_tmpdir(), 'tiny'))
 
     def test_video_of_one_episode(self):
-        from agents.algorithms.ppo import policy_export, restore
+        from agents.runs import policy_export, restore
         from agents.tools import evaluation
 
         path = os.path.join(self.create_tempdir().full_path, 'video.mp4')

@@ -15,8 +15,8 @@ import sys
 from absl.testing import absltest, parameterized
 
 from agents.reliability import harness
-from agents.runs import gcs_testing
-from agents.scripts import run_config, testing_utils
+from agents.runs import gcs_testing, run_config
+from agents.scripts import testing_utils
 
 CATALOGUE = os.path.join(harness.ROOT, 'docs', 'errors.md')
 TESTDATA = os.path.join(harness.ROOT, 'agents', 'reliability', 'testdata')

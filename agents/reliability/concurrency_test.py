@@ -11,7 +11,7 @@ import signal
 from absl.testing import absltest
 
 from agents.reliability import harness
-from agents.scripts import run_config
+from agents.runs import run_config
 
 LONG = dict(train__total_steps=10_000_000)
 

@@ -18,8 +18,8 @@ import shutil
 
 from absl.testing import absltest
 
-from agents.algorithms.ppo import policy_export
 from agents.reliability import harness
+from agents.runs import policy_export
 from agents.scripts import testing_utils
 
 BUDGET = dict(train__total_steps=1024)

@@ -13,16 +13,12 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms.ppo import ppo, trainer
+from agents.algorithms.ppo import ppo
 from agents.reliability import harness
+from agents.runs import loop
 
 
-class DivergenceBinaryTest(absltest.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.root = self.create_tempdir().full_path
-        self.logdir = os.path.join(self.root, 'run')
+class DivergenceBinaryTest(harness.TrainerTestCase):
 
     def train(self, fault, **overrides):
         # The fault strikes once, at the 300th step of a training environment (third iteration,
@@ -91,13 +87,13 @@ class UndoTest(absltest.TestCase):
     def setUp(self):
         super().setUp()
         gin.clear_config()
-        gin.parse_config('PPO.num_minibatches = 4\nPPO.num_epochs = 2\n')
+        gin.parse_config('train.algorithm = @PPO\nPPO.num_minibatches = 4\nPPO.num_epochs = 2\n')
         self.addCleanup(gin.clear_config)
 
     def test_skipped_batch_leaves_weights_optimizer_and_statistics_unchanged(self):
         root = self.create_tempdir().full_path
         marker = os.path.join(root, 'struck')
-        with trainer.training_run(
+        with loop.training_run(
                 os.path.join(root, 'run'), env_id=harness.FAULTY_ENV_ID,
                 env_kwargs={'fault': 'nan_reward', 'at_step': 10, 'once_marker': marker},
                 total_steps=256, num_envs=2, rollout_length=128, env_mode='in_process',

@@ -20,12 +20,7 @@ from agents.reliability import harness
 from agents.tools import batch_env, in_graph_batch_env, simulate
 
 
-class EnvCrashTest(absltest.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.root = self.create_tempdir().full_path
-        self.logdir = os.path.join(self.root, 'run')
+class EnvCrashTest(harness.TrainerTestCase):
 
     def train(self, **fault):
         return harness.run('train', *harness.faulty_workers_run(self.logdir, fault), timeout=600)

@@ -14,9 +14,11 @@ import subprocess
 import sys
 import time
 
-from agents.algorithms.ppo import recovery, trainer
+import psutil
+from absl.testing import absltest
+
 from agents.reliability import faulty_envs
-from agents.scripts import run_config
+from agents.runs import loop, recovery, run_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTY_ENV_ID = faulty_envs.ENV_ID
@@ -126,40 +128,46 @@ class Binary:
         self._log.close()
 
 
+class TrainerTestCase(absltest.TestCase):
+    """A test of the train binary: `root` is a fresh directory, `logdir` the run's logdir in it,
+    and `start` starts the binary in the background, its output in root/train.log."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = self.create_tempdir().full_path
+        self.logdir = os.path.join(self.root, 'run')
+
+    def start(self, *flags):
+        return Binary('train', *flags, log_path=os.path.join(self.root, 'train.log'))
+
+
 def processes():
-    """{pid: (parent pid, session id, state letter)} of the live processes of the machine."""
-    found = {}
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f'/proc/{entry}/stat', encoding='ascii', errors='replace') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != 'Z':  # A zombie has ended; it waits to be reaped.
-            found[int(entry)] = (int(fields[1]), int(fields[3]), fields[0])
-    return found
+    """{pid: parent pid} of the live processes of the machine (a zombie has ended; it waits to
+    be reaped)."""
+    return {process.pid: process.info['ppid']
+            for process in psutil.process_iter(['ppid', 'status'])
+            if process.info['status'] != psutil.STATUS_ZOMBIE}
 
 
 def session_pids(session):
     """Pids of the live processes of `session` (a Binary's pid is its session's id)."""
-    return sorted(pid for pid, (_, sid, _) in processes().items() if sid == session)
+    members = []
+    for pid in processes():
+        with contextlib.suppress(ProcessLookupError):  # It ended meanwhile.
+            if os.getsid(pid) == session:
+                members.append(pid)
+    return sorted(members)
 
 
 def env_worker_pids(binary):
     """Pids of the environment workers of a training binary: the children of its forkserver,
     the one child of the binary that has children of its own."""
-    table = processes()
-    children = {}
-    for pid, (parent, _, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    return sorted(worker for child in children.get(binary.pid, ())
-                  for worker in children.get(child, ()))
+    parents = processes()
+    return sorted(pid for pid, parent in parents.items() if parents.get(parent) == binary.pid)
 
 
 def checkpoint_dir(logdir):
-    return os.path.join(logdir, trainer.CHECKPOINT_DIR)
+    return os.path.join(logdir, loop.CHECKPOINT_DIR)
 
 
 def checkpoint_state(logdir):
@@ -178,7 +186,7 @@ def checkpoint_problem(logdir, step):
 
 def metrics(logdir, complete_only=True):
     """The evaluation records of metrics.jsonl (skipping a cut last line if `complete_only`)."""
-    path = os.path.join(logdir, trainer.METRICS_FILE)
+    path = os.path.join(logdir, loop.METRICS_FILE)
     if not os.path.exists(path):
         return []
     with open(path, encoding='utf-8') as f:

@@ -24,15 +24,7 @@ STOP_BOUND = 2.0
 MARGIN = 3.0
 
 
-class HungWorkerTest(absltest.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.root = self.create_tempdir().full_path
-        self.logdir = os.path.join(self.root, 'run')
-
-    def start(self, *flags):
-        return harness.Binary('train', *flags, log_path=os.path.join(self.root, 'train.log'))
+class HungWorkerTest(harness.TrainerTestCase):
 
     def start_stuck(self, **bindings):
         """A run whose worker hangs in a step of the second iteration (after the checkpoint of

@@ -24,15 +24,7 @@ STARTUP_TIMEOUT = 300
 PROMPT = 2.0 + 3.0
 
 
-class SignalTest(absltest.TestCase):
-
-    def setUp(self):
-        super().setUp()
-        self.root = self.create_tempdir().full_path
-        self.logdir = os.path.join(self.root, 'run')
-
-    def start(self, *flags):
-        return harness.Binary('train', *flags, log_path=os.path.join(self.root, 'train.log'))
+class SignalTest(harness.TrainerTestCase):
 
     def start_compiling(self):
         """A run, signalled while its first iteration compiles; returns it."""

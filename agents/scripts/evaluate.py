@@ -16,9 +16,9 @@ import sys
 
 from absl import app, flags, logging
 
-from agents.algorithms.ppo import policy_export, restore
-from agents.runs import remote_logdir, run_dir
-from agents.scripts import log_noise, run_config
+from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
+from agents.scripts import log_noise
 from agents.tools import evaluation
 
 flags.DEFINE_string('policy', None, 'Directory of an exported policy (a SavedModel).')

@@ -2,7 +2,7 @@ r"""Exports a run's policy as a SavedModel: `bazel run //agents:export -- --logd
 
 The trainer already exports the policy of every kept checkpoint to <logdir>/policy/<step>/;
 this does the same on demand, for the latest or any checkpoint (--checkpoint), into
-<logdir>/policy/<step>/ or --outdir. See agents/algorithms/ppo/policy_export.py for what the
+<logdir>/policy/<step>/ or --outdir. See agents/runs/policy_export.py for what the
 SavedModel holds; it loads with `tf.saved_model.load` alone. --logdir and --outdir may be
 bucket URLs (gs://...): the run's checkpoints are read from a local copy, the SavedModel is
 written locally and uploaded.
@@ -13,9 +13,9 @@ import sys
 
 from absl import app, flags, logging
 
-from agents.algorithms.ppo import policy_export, restore
-from agents.runs import remote_logdir, run_dir
-from agents.scripts import log_noise, run_config
+from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
+from agents.scripts import log_noise
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
 flags.DEFINE_string('checkpoint', None, 'Checkpoint to export: a step number of the run or a '

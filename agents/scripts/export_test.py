@@ -6,8 +6,7 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, flagsaver
 
-from agents.algorithms.ppo import policy_export
-from agents.runs import gcs_testing, run_dir
+from agents.runs import gcs_testing, policy_export, run_dir
 from agents.scripts import export, testing_utils
 
 

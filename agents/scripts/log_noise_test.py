@@ -9,8 +9,8 @@ import tensorflow as tf
 from absl import logging as absl_logging
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, run_dir
-from agents.scripts import log_noise, run_config
+from agents.runs import gcs_testing, run_config, run_dir
+from agents.scripts import log_noise
 
 
 class LogNoiseTest(absltest.TestCase):

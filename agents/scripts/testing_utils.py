@@ -7,12 +7,14 @@ import tempfile
 
 import gin
 
-from agents.algorithms.ppo import trainer
+from agents.algorithms import registry  # noqa: F401 (registers PPO)
+from agents.runs import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Two evaluations (steps 256 and 512), so two checkpoints and two exported policies; about 10 s.
 TINY_RUN = """
+train.algorithm = @PPO
 train.total_steps = 512
 train.num_envs = 4
 train.rollout_length = 64
@@ -28,7 +30,7 @@ def train_tiny_run(logdir, env_id='Pendulum-v1', bindings=''):
     gin.clear_config()
     try:
         gin.parse_config(f'{TINY_RUN}\ntrain.env_id = {env_id!r}\n{bindings}')
-        trainer.train(logdir)
+        loop.train(logdir)
     finally:
         gin.clear_config()
     return logdir

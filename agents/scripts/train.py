@@ -9,8 +9,8 @@ Everything the configuration can get wrong is checked before the logdir is touch
 0 when the run reached its budget; 1 on bad input or when training stopped on a fault (the
 message, `train: error: ...`, names it and what was kept); 128 + the signal's number (143 for
 SIGTERM, 130 for SIGINT / Ctrl-C) when a signal stopped the run: before training began, at once;
-during training, after the current compiled call and a checkpoint (see trainer.py); a second
-signal stops it at once.
+during training, after the current compiled call and a checkpoint (see agents/runs/loop.py); a
+second signal stops it at once.
 """
 
 import datetime
@@ -26,9 +26,9 @@ gc.disable()
 
 from absl import app, flags, logging  # noqa: E402
 
-from agents.algorithms.ppo import trainer  # noqa: E402
-from agents.runs import remote_logdir, run_dir  # noqa: E402
-from agents.scripts import log_noise, run_config  # noqa: E402
+from agents.algorithms import registry  # noqa: E402, F401 (registers the algorithms)
+from agents.runs import loop, remote_logdir, run_config, run_dir  # noqa: E402
+from agents.scripts import log_noise  # noqa: E402
 from agents.tools import stop_signals  # noqa: E402
 
 gc.freeze()
@@ -70,8 +70,8 @@ def _main(signals):
     staged = None
     try:
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
-        trainer.check_config()
-        trainer.configure_threads()
+        loop.check_config()
+        loop.configure_threads()
         logdir = run_dir.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))
         if run_dir.is_remote(logdir):
             # Access, the lease and the run's files first: the checks below read the copy.
@@ -107,7 +107,7 @@ def _status(error, staged):
 def _train(logdir, local, config, staged, signals):
     """Trains in `local` (the logdir or its staging copy); returns the exit status."""
     try:
-        with trainer.training_run(local) as run:
+        with loop.training_run(local) as run:
             run.check()
             # Only now, with the configuration known to build, is the logdir touched.
             lock = run_config.lock_logdir(local)
@@ -124,10 +124,10 @@ def _train(logdir, local, config, staged, signals):
             run.run(after_save=staged.sync if staged is not None else None, signals=signals)
     except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
         return _status(error, staged)
-    except trainer.Interrupted as error:
+    except loop.Interrupted as error:
         sys.stderr.write(f'train: {error}\n')
         return 128 + error.signum
-    except trainer.TrainingError as error:
+    except loop.TrainingError as error:
         return f'train: error: {error}'
     return 0
 

@@ -17,9 +17,9 @@ import time
 
 from absl import app, flags, logging
 
-from agents.algorithms.ppo import restore
-from agents.runs import remote_logdir, run_dir
-from agents.scripts import log_noise, run_config
+from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+from agents.runs import remote_logdir, restore, run_config, run_dir
+from agents.scripts import log_noise
 from agents.tools import evaluation, process_env, rendering, video
 
 EPISODES_FILE = 'episodes.jsonl'

@@ -15,6 +15,7 @@ import traceback
 import gin
 import gymnasium as gym
 import numpy as np
+import psutil
 from absl.testing import absltest, parameterized
 
 from agents.tools import batch_env
@@ -102,39 +103,17 @@ def scripted_fns(num_envs, special=None):
 
 
 def _process_alive(pid):
+    """Whether process `pid` runs (a zombie has ended; it waits to be reaped)."""
     try:
-        with open(f'/proc/{pid}/stat') as stat:
-            return stat.read().split(')')[-1].split()[0] != 'Z'
-    except FileNotFoundError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
-def _parent(pid):
-    try:
-        with open(f'/proc/{pid}/stat') as stat:
-            return int(stat.read().rsplit(')', 1)[1].split()[1])
-    except FileNotFoundError:
-        return None
-
-
-def _descendants(root=None):
-    """Pids of all live descendant processes of `root` (default: this process)."""
-    children = {}
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as stat:
-                    fields = stat.read().rsplit(')', 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if fields[0] != 'Z':
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found, stack = set(), [root or os.getpid()]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.add(child)
-            stack.append(child)
-    return found
+def _descendants(recursive=True):
+    """Pids of this process's live descendants (with `recursive=False`, of its children)."""
+    return {child.pid for child in psutil.Process().children(recursive)
+            if _process_alive(child.pid)}
 
 
 def _run_script(script):
@@ -418,8 +397,8 @@ class AsyncTest(BatchEnvTestCase):
         with self.assertRaisesRegex(batch_env.WorkerHungError, 'did not answer start within'):
             batch_env.BatchEnv(scripted_fns(2, {1: {'block_make_on': never}}), timeout=0.5)
         # What may remain is the forkserver and the resource tracker, children of this process.
-        self.assertTrue(_wait_until(lambda: all(
-            _parent(pid) == os.getpid() for pid in _descendants() - before)))
+        self.assertTrue(_wait_until(
+            lambda: _descendants() - before <= _descendants(recursive=False)))
 
     def test_timed_out_reset_terminates_the_workers(self):
         never = multiprocessing.get_context('forkserver').Event()

@@ -36,6 +36,7 @@ import weakref
 
 import cloudpickle
 import numpy as np
+import psutil
 
 from agents.tools import env_group
 
@@ -419,11 +420,11 @@ def _shutdown(creator_pid, processes, command_conns, reply_conns, caller_hosts, 
 def _process_state(pid):
     """' (it was stopped)' when process `pid` is stopped (e.g. by SIGSTOP), else ''."""
     try:
-        with open(f'/proc/{pid}/stat', encoding='ascii') as f:
-            state = f.read().rsplit(')', 1)[1].split()[0]
-    except (OSError, IndexError):
+        status = psutil.Process(pid).status()
+    except psutil.Error:  # Gone, or not readable.
         return ''
-    return ' (it was stopped)' if state in ('T', 't') else ''
+    stopped = status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    return ' (it was stopped)' if stopped else ''
 
 
 class WorkerPool:

@@ -1,4 +1,5 @@
-"""Proximal Policy Optimization as a `tf.Module` whose `act` and `update` are TF functions.
+"""Proximal Policy Optimization: an `Algorithm` (see algorithm.py) whose `act` and `update` are
+TF functions.
 
 Neither method changes Python-side state: everything they read or write lives in TF variables, so
 both can run inside a larger `tf.function`, and a whole iteration (rollout + update) can compile
@@ -27,7 +28,7 @@ import functools
 import gin
 import tensorflow as tf
 
-from agents.algorithms.ppo import advantages, networks, normalize
+from agents.algorithms import advantages, algorithm, networks, normalize
 
 OBJECTIVES = ('clipped', 'kl_penalty')
 BATCH_KEYS = ('observ', 'action', 'reward', 'terminated', 'truncated', 'next_observ', 'extras')
@@ -53,7 +54,7 @@ def _check_positive_int(**values):
 
 
 @gin.configurable
-class PPO(tf.Module):
+class PPO(algorithm.Algorithm):
     """PPO agent: policy and value networks, optimizer, normalizers and update counter.
 
     Defaults follow CleanRL / SB3 for the clipped objective; the `kl_*` arguments default to
@@ -208,6 +209,25 @@ class PPO(tf.Module):
             functools.partial(self._act, greedy=True), autograph=False)
         self._compiled_update = tf.function(self._update, jit_compile=jit_compile,
                                             autograph=False)
+
+    NONFINITE_QUANTITIES = NONFINITE_QUANTITIES
+
+    @property
+    def action_dtype(self):
+        return self.policy.action_dtype
+
+    def train_variables(self):
+        # Neither Keras' optimizer variables (`value` is the tf.Variable) nor the generator are
+        # tf.Modules, whose variables `self.variables` finds.
+        return [*self.variables, *(variable.value for variable in self.optimizer.variables),
+                self.random.state]
+
+    def acting_modules(self):
+        return {'policy': self.policy, 'value': self.value,
+                'observ_normalizer': self.observ_normalizer}
+
+    def exported_policy(self):
+        return self.policy, self.observ_normalizer if self._normalize_observ else None
 
     @property
     def _trainable(self):

@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms.ppo import networks, ppo
+from agents.algorithms import networks
+from agents.algorithms.ppo import ppo
 
 
 def make_agent(*args, jit_compile=False, **kwargs):
@@ -468,7 +469,7 @@ class GinTest(absltest.TestCase):
 
     def test_configure_through_gin(self):
         gin.parse_config("""
-            import agents.algorithms.ppo.networks
+            import agents.algorithms.networks
             PPO.objective = 'kl_penalty'
             PPO.num_epochs = 3
             PPO.policy_network = @FeedForwardCategoricalPolicy

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms.ppo import normalize
+from agents.algorithms import normalize
 
 
 class StreamingNormalizerTest(parameterized.TestCase):

@@ -10,11 +10,13 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms.ppo import networks, policy_export, ppo, restore, trainer
-from agents.scripts import run_config
+from agents.algorithms import networks
+from agents.algorithms.ppo import ppo
+from agents.runs import loop, policy_export, restore, run_config
 
 # A tiny Pendulum run: three evaluations (256, 512, 768), two checkpoints kept.
 TINY_RUN = """
+train.algorithm = @PPO
 train.env_id = 'Pendulum-v1'
 train.total_steps = 768
 train.num_envs = 4
@@ -41,7 +43,7 @@ def trained_run():
         gin.clear_config()
         try:
             gin.parse_config(TINY_RUN)
-            trainer.train(logdir)
+            loop.train(logdir)
         finally:
             gin.clear_config()
         _TRAINED.append(logdir)
@@ -84,7 +86,7 @@ class RestoreTest(absltest.TestCase):
 
     def test_trainer_exports_the_policy_of_each_kept_checkpoint(self):
         checkpoints = tf.train.get_checkpoint_state(
-            os.path.join(self.logdir, trainer.CHECKPOINT_DIR)).all_model_checkpoint_paths
+            os.path.join(self.logdir, loop.CHECKPOINT_DIR)).all_model_checkpoint_paths
         self.assertEqual([path.rsplit('-', 1)[-1] for path in checkpoints], ['512', '768'])
         policy_dir = os.path.join(self.logdir, policy_export.POLICY_DIR)
         self.assertEqual(sorted(os.listdir(policy_dir)), ['512', '768'])
@@ -106,6 +108,30 @@ class RestoreTest(absltest.TestCase):
         actions, state = live(observ, (), np.ones(50, bool))
         self.assertEqual(state, ())
         np.testing.assert_allclose(actions, saved(observ, (), None)[0], atol=1e-6)
+
+    def test_runs_older_than_the_algorithm_binding_restore_as_ppo(self):
+        older = os.path.join(self.create_tempdir().full_path, 'run')
+        shutil.copytree(self.logdir, older)
+        path = os.path.join(older, run_config.OPERATIVE_CONFIG_FILE)
+        with open(path) as f:
+            lines = [line for line in f if not line.startswith('train.algorithm')]
+        with open(path, 'w') as f:
+            f.writelines(lines)
+        run = restore.restore_agent(older)
+        self.assertIsInstance(run.agent, ppo.PPO)
+        self.assertEqual(run.step, 768)
+
+    def test_an_unregistered_algorithm_is_named(self):
+        other = os.path.join(self.create_tempdir().full_path, 'run')
+        shutil.copytree(self.logdir, other)
+        path = os.path.join(other, run_config.OPERATIVE_CONFIG_FILE)
+        with open(path) as f:
+            config = f.read().replace('train.algorithm = @PPO', 'train.algorithm = @SAC')
+        with open(path, 'w') as f:
+            f.write(config)
+        with self.assertRaisesRegex(run_config.ConfigError, 'names an algorithm that is not '
+                                    r'registered \(agents/algorithms/registry.py\): @SAC'):
+            restore.restore_agent(other)
 
     def test_restores_an_earlier_checkpoint_by_step_or_path(self):
         by_step = restore.restore_agent(self.logdir, checkpoint=512)

@@ -1,16 +1,18 @@
-"""The PPO training loop: alternating training and evaluation phases, with everything logged.
+"""The run loop of every algorithm: alternating training and evaluation phases, everything logged.
 
-Each training iteration is one compiled call: the simulator's T-step rollout of the batch of
-environments followed by the PPO update. With the native backend (`env_backend='native'`, TF
-environments from agents/envs) that call runs no Python at all (`jit_compile` hands it to XLA).
-Every `eval_every_steps` environment steps the mean (deterministic) policy runs `eval_episodes`
-episodes on separate environment instances; the run then writes a checkpoint, exports the policy as
-a SavedModel to `policy/<step>/`, and writes a line of `metrics.jsonl` and TensorBoard summaries, in
-this order, so that nothing the run logs leads its checkpoints. Exports after the first (which
-runs `tf.saved_model.save`, see `_export`) are written by a background thread while training
-goes on; the run waits for one before the next export and before it ends. A rerun in the same
-logdir restores the latest checkpoint that reads back (step count, weights, optimizer and
-normalizer statistics) and goes on; episodes in flight restart (see recovery.py for what a
+The loop knows no algorithm: `train.algorithm` names one (e.g. `train.algorithm = @PPO`), which
+gives the loop what agents/algorithms/algorithm.py lists. Each training iteration is one
+compiled call: the simulator's T-step rollout of the batch of environments followed by the
+algorithm's update. With the native backend (`env_backend='native'`, TF environments from
+agents/envs) that call runs no Python at all (`jit_compile` hands it to XLA). Every
+`eval_every_steps` environment steps the deterministic policy runs `eval_episodes` episodes on
+separate environment instances; the run then writes a checkpoint, exports the policy as a
+SavedModel to `policy/<step>/`, and writes a line of `metrics.jsonl` and TensorBoard summaries,
+in this order, so that nothing the run logs leads its checkpoints. Exports after the first
+(which runs `tf.saved_model.save`, see `_export`) are written by a background thread while
+training goes on; the run waits for one before the next export and before it ends. A rerun in
+the same logdir restores the latest checkpoint that reads back (step count, weights, optimizer
+and normalizer statistics) and goes on; episodes in flight restart (see recovery.py for what a
 killed run leaves behind and how resuming deals with it).
 
 Faults end in a `TrainingError` that names the problem, never with a checkpoint of a broken
@@ -22,17 +24,15 @@ state:
   `BatchEnv.timeout`, a minute by default): all training environments are rebuilt
   and the iteration is redone (`on_env_failure='restart'`, at most `max_env_restarts` times
   between checkpoints), or the run stops (`'stop'`);
-- a non-finite observation or reward of the rollout, or a non-finite loss, gradient or
-  parameter of the update: the update is undone; the run stops (`on_nonfinite='stop'`) or goes
-  on with the next batch (`'skip'`);
+- a non-finite observation or reward of the rollout, a non-finite parameter after the update, or
+  what the algorithm reports non-finite (e.g. a loss or a gradient): the update is undone; the
+  run stops (`on_nonfinite='stop'`) or goes on with the next batch (`'skip'`);
 - a failed write (a full disk, a read-only logdir): the run stops naming the file; the previous
   checkpoint stays valid.
 """
 
 import concurrent.futures
 import contextlib
-import functools
-import importlib
 import json
 import os
 import re
@@ -48,26 +48,24 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python import pywrap_tfe
 
-from agents import envs
-from agents.algorithms.ppo import policy_export, ppo, recovery, simulated_agent
-from agents.runs import run_dir
-from agents.scripts import run_config
-from agents.tools import batch_env, in_graph_batch_env, simulate, stop_signals
-from agents.tools import wrappers as wrappers_lib
+from agents.algorithms import algorithm as algorithm_lib
+from agents.runs import environments, policy_export, recovery, run_config, run_dir, simulated_agent
+from agents.tools import batch_env, simulate, stop_signals
 
 METRICS_FILE = run_dir.METRICS_FILE
 CHECKPOINT_DIR = run_dir.CHECKPOINT_DIR
 ENV_FAILURE_POLICIES = ('restart', 'stop')
-ENV_BACKENDS = ('gymnasium', 'native')
 NONFINITE_POLICIES = ('stop', 'skip')
-# Codes of the `nonfinite` output of a compiled iteration: what went non-finite first.
+# Codes of the `nonfinite` output of a compiled iteration: what went non-finite first. The
+# algorithm's own codes (Algorithm.NONFINITE_QUANTITIES) follow: its code k is k + 4.
 NONFINITE_QUANTITIES = {
     1: 'observation from the environments',
     2: 'reward from the environments',
-    **{code + 2: name for code, name in ppo.NONFINITE_QUANTITIES.items()},  # loss, gradient
-    5: 'parameter',
-    6: 'action (the policy acted on a non-finite observation, or its parameters are not finite)',
+    3: 'parameter',
+    4: 'action (the policy acted on a non-finite observation, or its parameters are not finite)',
 }
+_PARAMETER, _ACTION = 3, 4
+_ALGORITHM_CODES = len(NONFINITE_QUANTITIES)
 # In 'skip' mode, this many dropped batches in a row stop the run: the fault is not passing.
 MAX_DROPPED_IN_A_ROW = 10
 # InGraphBatchEnv's refusal of a NaN action, which ends the rollout before its checks.
@@ -107,7 +105,7 @@ class Interrupted(TrainingError):
 
 
 def train(logdir, **overrides):
-    """Trains PPO as configured by gin (`train.*`, `PPO.*`...); returns the last evaluation.
+    """Trains as configured by gin (`train.*`, the algorithm's...); returns the last evaluation.
 
     `overrides` replace gin's values for the arguments of `training_run`.
     """
@@ -118,6 +116,7 @@ def train(logdir, **overrides):
 @contextlib.contextmanager
 @gin.configurable('train', denylist=['logdir'])
 def training_run(logdir,
+          algorithm=gin.REQUIRED,
           env_id=gin.REQUIRED,
           total_steps=gin.REQUIRED,
           num_envs=16,
@@ -129,7 +128,7 @@ def training_run(logdir,
           optimize_graphs=None,
           num_workers=None,
           env_kwargs=None,
-          wrappers=('range_normalize', 'ClipAction'),
+          wrappers=environments.DEFAULT_WRAPPERS,
           anneal_learning_rate=True,
           eval_every_steps=20_000,
           eval_episodes=10,
@@ -139,13 +138,15 @@ def training_run(logdir,
           max_env_restarts=3,
           on_nonfinite='stop',
           seed=0):
-    """Builds the environments, the agent and the `TrainingRun` of PPO on `env_id`.
+    """Builds the environments, the algorithm and the `TrainingRun` of `algorithm` on `env_id`.
 
     Nothing is written to `logdir` before `TrainingRun.run`, so a mistake in the configuration
     found here leaves no trace. The environments are closed when the context exits.
 
     Args:
       logdir: where summaries, checkpoints, `metrics.jsonl` and `operative_config.gin` go.
+      algorithm: the algorithm to train, a subclass of `Algorithm` (agents/algorithms/
+        algorithm.py), e.g. `@PPO` or `@A2C`.
       env_id: a Gymnasium environment id.
       total_steps: training budget in environment steps (rounded up to whole iterations).
       num_envs: environments stepped together for training.
@@ -169,7 +170,8 @@ def training_run(logdir,
       wrappers: wrapper specs applied to each environment (see `wrappers.apply_wrappers`);
         by default bounded observations and actions are rescaled to [-1, 1] and the policy's
         actions clipped to the action space.
-      anneal_learning_rate: decay the learning rate linearly to zero over the budget.
+      anneal_learning_rate: anneal the algorithm's schedules (e.g. decay its learning rate
+        linearly to zero) over the budget.
       eval_every_steps: evaluations (and checkpoints) come at the first iteration past each
         multiple of this many environment steps, and at the end.
       eval_episodes: episodes of the deterministic policy per evaluation.
@@ -185,7 +187,8 @@ def training_run(logdir,
         (the last checkpoint stays the last one) or 'skip' goes on with the next batch.
       seed: seeds environments, network initialization and sampling.
     """
-    _check_env_id(env_id)
+    _check_algorithm(algorithm)
+    environments.check_env_id(env_id)
     for name, value in (('total_steps', total_steps), ('num_envs', num_envs),
                         ('rollout_length', rollout_length), ('eval_every_steps', eval_every_steps),
                         ('eval_episodes', eval_episodes),
@@ -196,8 +199,8 @@ def training_run(logdir,
         if not _is_int(value) or value < 0:
             raise run_config.ConfigError(
                 f'train.{name} must be a non-negative integer, got {value!r}')
-    for name, value, choices in (('env_mode', env_mode, ('external', 'in_process', 'hybrid')),
-                                 ('env_backend', env_backend, ENV_BACKENDS),
+    for name, value, choices in (('env_mode', env_mode, environments.MODES),
+                                 ('env_backend', env_backend, environments.BACKENDS),
                                  ('native_dtype', native_dtype, ('float64', 'float32')),
                                  ('jit_compile', jit_compile, (None, True, False)),
                                  ('optimize_graphs', optimize_graphs, (None, True, False)),
@@ -221,73 +224,22 @@ def training_run(logdir,
     if optimize_graphs is None:
         optimize_graphs = not native
     tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': not optimize_graphs})
-    make_train_env = None
-    with contextlib.ExitStack() as stack:
-        if native:
-            train_env, eval_env = _native_envs(
-                env_id, env_kwargs, wrappers, num_envs, eval_episodes, native_dtype,
-                check_inputs=not jit_compile, seed=seed)
-        else:
-            env_fn = env_factory(env_id, env_kwargs, wrappers)
-            make_train_env = functools.partial(
-                make_vector_env, env_fn, num_envs, env_mode, num_workers)
-            train_env = in_graph_batch_env.InGraphBatchEnv(
-                _configured(make_train_env, env_id), seed=seed)
-            stack.callback(train_env.close)
-            eval_env = in_graph_batch_env.InGraphBatchEnv(
-                _configured(functools.partial(
-                    make_vector_env, env_fn, eval_episodes, 'in_process', None), env_id),
-                seed=seed + 1_000_000)
-            stack.callback(eval_env.close)
-        try:
-            agent = build_agent(
-                train_env.observation_space, train_env.action_space, num_envs, seed,
-                **({'lr_anneal_updates': num_iterations} if anneal_learning_rate else {}))
-        except (ValueError, TypeError) as error:
-            raise run_config.ConfigError(f'cannot build the PPO agent: {error}') from error
-        yield TrainingRun(logdir, agent, train_env, eval_env, rollout_length, total_steps,
-                          eval_every_steps, checkpoints_to_keep, log_every_secs,
-                          make_train_env=make_train_env, on_env_failure=on_env_failure,
+    with environments.Environments(
+            env_id, env_backend, num_envs, eval_episodes, seed, env_kwargs=env_kwargs,
+            wrappers=wrappers, mode=env_mode, num_workers=num_workers, native_dtype=native_dtype,
+            check_inputs=not jit_compile) as envs:
+        agent = build_algorithm(
+            algorithm, envs.training.observation_space, envs.training.action_space, num_envs,
+            seed, lr_anneal_updates=num_iterations if anneal_learning_rate else None)
+        yield TrainingRun(logdir, agent, envs.training, envs.evaluation, rollout_length,
+                          total_steps, eval_every_steps, checkpoints_to_keep, log_every_secs,
+                          make_train_env=envs.make_training, on_env_failure=on_env_failure,
                           max_env_restarts=max_env_restarts, on_nonfinite=on_nonfinite,
                           seed=seed, jit_compile=jit_compile)
 
 
-def _native_envs(env_id, env_kwargs, wrappers, num_envs, eval_episodes, dtype, check_inputs,
-                 seed):
-    """The native training and evaluation environments of `env_id` (see agents/envs)."""
-    if not envs.has_native_env(env_id):
-        raise run_config.ConfigError(
-            f'train.env_backend = \'native\': no native environment for {env_id!r}; native '
-            f'ones: {", ".join(sorted(envs.ENVS))}')
-    if env_kwargs:
-        raise run_config.ConfigError(
-            f'train.env_kwargs = {env_kwargs!r}: native environments take no keyword arguments')
-    try:
-        train_env = envs.make(env_id, num_envs, seed=seed, wrappers=tuple(wrappers),
-                              dtype=getattr(tf, dtype), check_inputs=check_inputs)
-        # Float64 physics: evaluations agree with Gymnasium's environment to 1e-5.
-        eval_env = envs.make(env_id, eval_episodes, seed=seed + 1_000_000,
-                             wrappers=tuple(wrappers), dtype=tf.float64,
-                             check_inputs=check_inputs)
-    except (ValueError, TypeError) as error:
-        raise run_config.ConfigError(
-            f'cannot make native environment {env_id!r}: {_first_line(error)}') from error
-    return train_env, eval_env
-
-
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _configured(make_env, env_id):
-    """`make_env()`, its mistakes (bad env_kwargs, wrappers, spaces...) as a ConfigError."""
-    try:
-        return make_env()
-    except (ValueError, TypeError, gym.error.Error, batch_env.EnvError) as error:
-        # Which of the identical environments failed does not matter here.
-        reason = re.sub(r'^Environment \d+ failed in make: (\w+Error: )?', '',
-                        _first_line(error))
-        raise run_config.ConfigError(f'cannot make environment {env_id!r}: {reason}') from error
 
 
 @gin.configurable
@@ -304,92 +256,51 @@ def configure_threads(inter_op_threads=1, intra_op_threads=0):
 def check_config():
     """Checks what can be checked of the parsed gin config before a logdir is created."""
     try:
+        algorithm = gin.query_parameter('train.algorithm')
+    except ValueError:
+        raise run_config.ConfigError(
+            'no algorithm: bind train.algorithm in the config, e.g. train.algorithm = @PPO'
+        ) from None
+    if isinstance(algorithm, gin.config.ConfigurableReference):
+        _check_algorithm(algorithm.scoped_configurable_fn)
+    try:
         env_id = gin.query_parameter('train.env_id')
     except ValueError:
         raise run_config.ConfigError('no environment: bind train.env_id in the config') from None
-    _check_env_id(env_id)
+    environments.check_env_id(env_id)
 
 
-def _check_env_id(env_id):
-    if not isinstance(env_id, str):
-        raise run_config.ConfigError(f'train.env_id must be a string, got {env_id!r}')
-    module, _, name = env_id.rpartition(':')
+def _check_algorithm(algorithm):
+    # Gin passes a configurable class as a function that builds it.
+    cls = getattr(algorithm, '__wrapped__', algorithm)
+    if not (isinstance(cls, type) and issubclass(cls, algorithm_lib.Algorithm)):
+        raise run_config.ConfigError(
+            f'train.algorithm must name an algorithm (a subclass of agents.algorithms.algorithm.'
+            f'Algorithm, e.g. @PPO or @A2C), got {getattr(cls, "__name__", repr(cls))}')
+
+
+def build_algorithm(algorithm, observation_space, action_space, num_envs, seed,
+                    lr_anneal_updates=None):
+    """The algorithm (configured by its own gin bindings) for these spaces."""
     try:
-        if module:  # 'package.module:Env-v0', as gymnasium.make takes it.
-            importlib.import_module(module)
-        gym.spec(name)
-    except (gym.error.Error, ImportError) as error:
-        raise run_config.ConfigError(f'unknown env id {env_id!r}: {error}') from error
-
-
-def env_factory(env_id, env_kwargs=None, wrappers=(), **make_kwargs):
-    """A picklable function that makes one wrapped environment, as training sees it.
-
-    `make_kwargs` (e.g. render_mode='rgb_array') go to `gymnasium.make` as well.
-    """
-    return functools.partial(
-        batch_env.make_env, env_id, {**dict(env_kwargs or {}), **make_kwargs},
-        (functools.partial(wrappers_lib.apply_wrappers, wrappers=tuple(wrappers)),))
-
-
-def make_vector_env(env_fn, num_envs, mode, num_workers):
-    """`num_envs` environments from `env_fn` as a BatchEnv with explicit resets."""
-    # The in-graph env ignores infos and copies observations itself: skip both per step.
-    return _FailureRecorder(batch_env.BatchEnv(
-        [env_fn] * num_envs, mode=mode, num_workers=num_workers,
-        autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False, copy=False))
-
-
-class _FailureRecorder(gym.vector.VectorWrapper):
-    """Keeps the exception of a failed `step` or `reset`, which TF's error only quotes."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.failure = None
-
-    def cancel_wait(self, reason):
-        self.env.cancel_wait(reason)
-
-    def waiting(self):
-        return self.env.waiting()
-
-    def step(self, actions):
-        try:
-            return self.env.step(actions)
-        except Exception as error:
-            self.failure = error
-            raise
-
-    def reset(self, *, seed=None, options=None):
-        try:
-            return self.env.reset(seed=seed, options=options)
-        except Exception as error:
-            self.failure = error
-            raise
-
-
-def build_agent(observation_space, action_space, num_envs, seed, **ppo_kwargs):
-    """The PPO agent (configured by gin's `PPO.*`) for these spaces."""
-    agent = ppo.PPO(observ_shape=observation_space.shape, action_size=_action_size(action_space),
-                    num_envs=num_envs, seed=seed, **ppo_kwargs)
+        agent = algorithm(
+            observ_shape=observation_space.shape,
+            action_size=environments.action_size(action_space), num_envs=num_envs, seed=seed,
+            lr_anneal_updates=lr_anneal_updates)
+    except (ValueError, TypeError) as error:
+        name = getattr(algorithm, '__name__', 'the algorithm')
+        raise run_config.ConfigError(f'cannot build the {name} agent: {error}') from error
     discrete = isinstance(action_space, gym.spaces.Discrete)
-    if agent.policy.action_dtype.is_integer != discrete:
+    if agent.action_dtype.is_integer != discrete:
         kind = 'discrete' if discrete else 'continuous'
         wanted = 'a categorical' if discrete else 'a Gaussian'
+        name = type(agent).__name__
+        policy = type(agent.exported_policy()[0]).__name__
         raise run_config.ConfigError(
-            f'the policy network {type(agent.policy).__name__} acts with '
-            f'{agent.policy.action_dtype.name} actions but the environment\'s action space '
-            f'{action_space} is {kind}; set PPO.policy_network to {wanted} policy')
+            f'the policy network {policy} acts with {agent.action_dtype.name} actions but the '
+            f'environment\'s action space {action_space} is {kind}; set {name}.policy_network '
+            f'to {wanted} policy')
     return agent
-
-
-def _action_size(space):
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        return int(space.shape[0])
-    raise run_config.ConfigError(
-        f'PPO supports Discrete and one-dimensional Box action spaces, got {space}')
 
 
 class TrainingRun:
@@ -449,11 +360,13 @@ class TrainingRun:
         self._saved_step = None
         # The update's whole state, copied before each update to undo a non-finite one.
         seen, self._variables = set(), []
-        optimizer_variables = [variable.value for variable in agent.optimizer.variables]  # Keras'.
-        for variable in list(agent.variables) + optimizer_variables:
+        for variable in agent.train_variables():
             if variable.ref() not in seen:
                 seen.add(variable.ref())
                 self._variables.append(variable)
+        self._nonfinite_quantities = {
+            **NONFINITE_QUANTITIES, **{code + _ALGORITHM_CODES: name for code, name in
+                                       agent.NONFINITE_QUANTITIES.items()}}
         self._backups = [tf.Variable(variable.read_value(), trainable=False)
                          for variable in self._variables]
         self._float_variables = [variable for variable in self._variables
@@ -468,7 +381,7 @@ class TrainingRun:
             self._eval_rollout.get_concrete_function(tf.TensorSpec([], tf.bool))
         except (ValueError, TypeError) as error:
             raise run_config.ConfigError(
-                f'the configuration does not build a training graph: {_first_line(error)}'
+                f'the configuration does not build a training graph: {run_config.first_line(error)}'
             ) from error
 
     def restore(self):
@@ -497,7 +410,7 @@ class TrainingRun:
                 self.checkpoint.restore(path)
             except (tf.errors.OpError, ValueError, AssertionError) as error:
                 raise TrainingError(f'cannot restore checkpoint {path}: '
-                                    f'{_first_line(error)}') from error
+                                    f'{run_config.first_line(error)}') from error
             if recovered.corrupt:
                 logging.warning('Resumed from %s at step %d: the newest checkpoint that reads '
                                 'back.', path, int(self.env_steps))
@@ -662,8 +575,8 @@ class TrainingRun:
         nonfinite = tf.where(
             tf.reduce_any(bad_observ), 1, tf.where(
                 tf.reduce_any(bad_reward), 2, tf.where(
-                    update_nonfinite > 0, update_nonfinite + 2, tf.where(
-                        tf.reduce_all(finite_variables), 0, 5))))
+                    update_nonfinite > 0, update_nonfinite + _ALGORITHM_CODES, tf.where(
+                        tf.reduce_all(finite_variables), 0, _PARAMETER))))
 
         def undo():
             with tf.control_dependencies([
@@ -709,7 +622,7 @@ class TrainingRun:
                 elif _NONFINITE_ACTION in error.message:
                     # The rollout ended early; nothing was updated. The retry below resets
                     # every environment (reset=True): new episodes.
-                    self._on_nonfinite_batch(6, None)
+                    self._on_nonfinite_batch(_ACTION, None)
                 else:
                     raise
             reset = True
@@ -757,19 +670,19 @@ class TrainingRun:
             raise EnvironmentFailure(
                 f'{what} (in the iteration after step {steps}), and rebuilding the training '
                 'environments failed: '
-                f'{_first_line(error)}; {kept}.') from error
+                f'{run_config.first_line(error)}; {kept}.') from error
         self._train_env.replace_vector_env(new, seed=seed)
 
     def _on_nonfinite_batch(self, code, summary):
         """Stops the run, or logs the skipped batch (the update was undone in the graph)."""
         steps = int(self.env_steps)
-        quantity = NONFINITE_QUANTITIES.get(code, f'quantity {code}')
+        quantity = self._nonfinite_quantities.get(code, f'quantity {code}')
         where = ''
         if summary is None:
             pass
         elif code in (1, 2):
             where = f' {np.flatnonzero(summary["nonfinite_envs"]).tolist()}'
-        elif code == 5:
+        elif code == _PARAMETER:
             names = [variable.name for variable, finite in zip(
                 self._float_variables, summary['finite_variables'], strict=True) if not finite]
             where = f' ({", ".join(names[:3])}{" ..." if len(names) > 3 else ""})'
@@ -970,9 +883,9 @@ class TrainingRun:
                 if _NONFINITE_ACTION not in error.message:
                     raise
                 raise NonFiniteError(
-                    f'non-finite {NONFINITE_QUANTITIES[6]} in the evaluation at step {steps}; '
-                    f'the run stopped before saving step {steps}; the last checkpoint (step '
-                    f'{self._saved_step}) is intact.') from None
+                    f'non-finite {NONFINITE_QUANTITIES[_ACTION]} in the evaluation at step '
+                    f'{steps}; the run stopped before saving step {steps}; the last checkpoint '
+                    f'(step {self._saved_step}) is intact.') from None
             reset = False
             done = (summary['terminated'] | summary['truncated']).numpy()
             episode_return = summary['episode_return'].numpy()
@@ -1058,20 +971,14 @@ def _clear_scalar_cache():
 def _describe_env_failure(error):
     """'Environment 3 failed in step: ...' or 'BatchEnv worker process 1 (pid 9) hosting envs
     [4, 5] died unexpectedly (killed by SIGKILL)': the first line of the error, no advice."""
-    text = _first_line(error).split('; the batch is closed')[0].rstrip('.')
+    text = run_config.first_line(error).split('; the batch is closed')[0].rstrip('.')
     return f'Training environment failure: {text}'
 
 
 def _tf_reason(error):
     """The gist of a TensorFlow error: its first line without the op's decorations."""
-    text = re.sub(r'\{\{[^}]*\}\}\s*', '', _first_line(error))
+    text = re.sub(r'\{\{[^}]*\}\}\s*', '', run_config.first_line(error))
     return re.sub(r'\s*\[Op:\w+\]', '', text).strip()
-
-
-def _first_line(error):
-    message = getattr(error, 'message', None) or str(error)
-    lines = message.strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def _format_return(value):

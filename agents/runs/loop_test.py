@@ -1,7 +1,9 @@
-"""Tests for the PPO training loop: learning, logs, checkpoint round trip, bad input."""
+"""Tests for the run loop: learning (PPO), logs, checkpoint round trip, bad input, and the
+loop with a stub algorithm."""
 
 import contextlib
 import functools
+import glob
 import json
 import os
 import shutil
@@ -14,11 +16,13 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms.ppo import networks, policy_export, trainer
-from agents.scripts import run_config
+from agents.algorithms import algorithm, networks, registry  # noqa: F401 (registry: registers PPO)
+from agents.algorithms.ppo import ppo
+from agents.runs import environments, loop, policy_export, run_config
 
 # Small and fast: Pendulum with its usual short-horizon PPO settings.
 PENDULUM = """
+train.algorithm = @PPO
 PPO.discount = 0.9
 PPO.learning_rate = 1e-3
 PPO.num_epochs = 10
@@ -37,7 +41,7 @@ HALF_STEPS = 640  # A run of SHORT stopped half-way, at its second evaluation.
 
 
 def read_metrics(logdir):
-    with open(os.path.join(logdir, trainer.METRICS_FILE)) as f:
+    with open(os.path.join(logdir, loop.METRICS_FILE)) as f:
         return [json.loads(line) for line in f]
 
 
@@ -79,7 +83,7 @@ def finished_run():
     with _pendulum_config(), mock.patch.object(tf.saved_model, 'save', recording_save), \
             mock.patch.object(policy_export.PolicyExporter, '_write_saved_model',
                               recording_write):
-        trainer.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2, **SHORT)
+        loop.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2, **SHORT)
     return logdir, threading.current_thread().name, savers, writers
 
 
@@ -88,7 +92,7 @@ def half_run():
     """A run of SHORT stopped at HALF_STEPS (its budget then). Read-only: copy it to resume."""
     logdir = _shared_dir('half')
     with _pendulum_config():
-        trainer.train(logdir, total_steps=HALF_STEPS, **SHORT)
+        loop.train(logdir, total_steps=HALF_STEPS, **SHORT)
     return logdir
 
 
@@ -98,7 +102,7 @@ def resumed_run():
     the checkpoint it restored, its env_steps then, a checkpoint of all it then held).
     Read-only."""
     logdir = shutil.copytree(half_run(), _shared_dir('resumed'))
-    with _pendulum_config(), trainer.training_run(
+    with _pendulum_config(), loop.training_run(
             logdir, total_steps=SHORT_STEPS, **SHORT) as run:
         restored = run.restore()
         steps = int(run.env_steps)
@@ -125,7 +129,7 @@ class TrainerTest(parameterized.TestCase):
         ('native', dict(env_backend='native')))
     def test_pendulum_return_improves(self, backend):
         logdir = self.create_tempdir().full_path
-        last = trainer.train(
+        last = loop.train(
             logdir, env_id='Pendulum-v1', total_steps=30720, num_envs=16, rollout_length=128,
             eval_every_steps=10240, eval_episodes=8, seed=1, **backend)
         metrics = read_metrics(logdir)
@@ -144,7 +148,7 @@ class TrainerTest(parameterized.TestCase):
         self.assertTrue(os.path.isdir(os.path.join(logdir, 'policy', str(metrics[-1]['step']))))
 
     def test_resume_restores_state_exactly_and_goes_on(self):
-        saved = tf.train.load_checkpoint(os.path.join(half_run(), trainer.CHECKPOINT_DIR))
+        saved = tf.train.load_checkpoint(os.path.join(half_run(), loop.CHECKPOINT_DIR))
         logdir, restored, steps, written = resumed_run()
         self.assertIsNotNone(restored)
         self.assertEqual(steps, HALF_STEPS)
@@ -168,13 +172,14 @@ class TrainerTest(parameterized.TestCase):
     def test_policies_exported_in_the_background_match_their_checkpoints(self):
         logdir, _, _, _ = finished_run()  # Kept 2 checkpoints.
         self.assertEqual(sorted(os.listdir(os.path.join(logdir, 'policy'))), ['1024', '1280'])
-        env = trainer.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
+        env = environments.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
         observ = np.random.default_rng(0).uniform(-1, 1, (20, 3)).astype(np.float32)
         for step in (1024, 1280):
-            agent = trainer.build_agent(env.observation_space, env.action_space, 1, seed=9)
+            agent = loop.build_algorithm(ppo.PPO, env.observation_space, env.action_space, 1,
+                                         seed=9)
             tf.train.Checkpoint(agent=tf.train.Checkpoint(
                 policy=agent.policy, observ_normalizer=agent.observ_normalizer)).read(
-                    os.path.join(logdir, trainer.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
+                    os.path.join(logdir, loop.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
             live, _, _ = agent.act(tf.constant(observ), (), tf.ones([20], tf.bool), greedy=True)
             saved = policy_export.SavedPolicy(os.path.join(logdir, 'policy', str(step)))
             self.assertEqual(saved.step, step)
@@ -194,7 +199,7 @@ class TrainerTest(parameterized.TestCase):
         for arguments, disabled in ((dict(env_backend='native'), True),
                                     (dict(env_backend='gymnasium'), False),
                                     (dict(env_backend='native', optimize_graphs=True), False)):
-            with trainer.training_run(self.create_tempdir().full_path, env_id='Pendulum-v1',
+            with loop.training_run(self.create_tempdir().full_path, env_id='Pendulum-v1',
                                       total_steps=64, env_mode='in_process', **arguments):
                 options = tf.config.optimizer.get_experimental_options()
                 self.assertEqual(options.get('disable_meta_optimizer', False), disabled,
@@ -203,14 +208,14 @@ class TrainerTest(parameterized.TestCase):
     def test_rerun_of_a_finished_run_does_nothing(self):
         logdir = copy_run(finished_run()[0], self)
         before = read_metrics(logdir)
-        self.assertIsNone(trainer.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2,
+        self.assertIsNone(loop.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2,
                                         **SHORT))
         self.assertEqual(read_metrics(logdir), before)
 
     def test_native_backend_runs_discrete_actions_under_xla(self):
         gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
         logdir = self.create_tempdir().full_path
-        trainer.train(logdir, env_id='CartPole-v1', total_steps=1024, num_envs=8,
+        loop.train(logdir, env_id='CartPole-v1', total_steps=1024, num_envs=8,
                       rollout_length=32, wrappers=(), env_backend='native', jit_compile=True,
                       native_dtype='float32', eval_every_steps=512, eval_episodes=2, seed=0)
         metrics = read_metrics(logdir)
@@ -234,16 +239,16 @@ class TrainerTest(parameterized.TestCase):
             arguments = {'env_id': 'Pendulum-v1', 'env_backend': 'native', **arguments}
             with self.subTest(**arguments), \
                     self.assertRaisesRegex(run_config.ConfigError, message):
-                trainer.train(self.create_tempdir().full_path, total_steps=64, **arguments)
+                loop.train(self.create_tempdir().full_path, total_steps=64, **arguments)
 
     def test_unknown_env_id(self):
         with self.assertRaisesRegex(run_config.ConfigError, "unknown env id 'NoSuchEnv-v0'"):
-            trainer.train(self.create_tempdir().full_path, env_id='NoSuchEnv-v0',
+            loop.train(self.create_tempdir().full_path, env_id='NoSuchEnv-v0',
                           total_steps=100)
 
     def test_bad_budget(self):
         with self.assertRaisesRegex(run_config.ConfigError, 'total_steps must be a positive'):
-            trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1', total_steps=-5)
+            loop.train(self.create_tempdir().full_path, env_id='Pendulum-v1', total_steps=-5)
 
     def test_bad_fault_policies_and_seed(self):
         for arguments, message in (
@@ -254,25 +259,25 @@ class TrainerTest(parameterized.TestCase):
                 (dict(seed=-3), 'train.seed must be a non-negative integer, got -3'),
                 (dict(num_envs=True), 'train.num_envs must be a positive integer, got True')):
             with self.assertRaisesRegex(run_config.ConfigError, message):
-                trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1',
+                loop.train(self.create_tempdir().full_path, env_id='Pendulum-v1',
                               total_steps=64, **arguments)
 
     def test_policy_that_does_not_fit_the_action_space(self):
         gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
         with self.assertRaisesRegex(run_config.ConfigError, 'FeedForwardCategoricalPolicy acts '
                                     'with int32 actions but .* is continuous'):
-            trainer.train(self.create_tempdir().full_path, env_id='Pendulum-v1', total_steps=64)
+            loop.train(self.create_tempdir().full_path, env_id='Pendulum-v1', total_steps=64)
 
     def test_nothing_is_written_before_run(self):
         logdir = os.path.join(self.create_tempdir().full_path, 'run')
-        with trainer.training_run(logdir, env_id='Pendulum-v1', total_steps=64, num_envs=2,
+        with loop.training_run(logdir, env_id='Pendulum-v1', total_steps=64, num_envs=2,
                                   rollout_length=32, env_mode='in_process') as run:
             run.check()  # Traces the graphs: mistakes found there are ConfigErrors.
         self.assertFalse(os.path.exists(logdir))
 
     def test_graph_mistakes_are_config_errors(self):
         gin.bind_parameter('PPO.num_minibatches', 1000)
-        with trainer.training_run(self.create_tempdir().full_path, env_id='Pendulum-v1',
+        with loop.training_run(self.create_tempdir().full_path, env_id='Pendulum-v1',
                                   total_steps=64, num_envs=2, rollout_length=32,
                                   env_mode='in_process') as run:
             with self.assertRaisesRegex(run_config.ConfigError, 'does not build a training '
@@ -285,6 +290,123 @@ class TrainerTest(parameterized.TestCase):
         # 128 steps per iteration: the first past each multiple of 300, and the last.
         for logdir in (uninterrupted, resumed):
             self.assertEqual([m['step'] for m in read_metrics(logdir)], [384, 640, 1024, 1280])
+
+
+class StubAlgorithm(algorithm.Algorithm):
+    """The least an algorithm gives the loop: it acts with a small Gaussian policy and each
+    update only counts itself and records the batch's mean reward."""
+
+    NONFINITE_QUANTITIES = {1: 'stub statistic'}
+    FAIL_AT_UPDATE = None  # An update (1, 2...) that reports its statistic as non-finite.
+
+    def __init__(self, observ_shape, action_size, num_envs, seed, lr_anneal_updates):
+        super().__init__(name='stub')
+        del num_envs, lr_anneal_updates
+        self.policy = networks.FeedForwardGaussianPolicy(
+            observ_shape, action_size, hidden_sizes=(4,), seed=seed)
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.mean_reward = tf.Variable(0.0, trainable=False)
+        # Counts undone updates too: not among `train_variables`.
+        self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    @property
+    def action_dtype(self):
+        return tf.float32
+
+    def initial_state(self, batch_size):
+        return ()
+
+    def act(self, observ, state, reset_mask, greedy=False):
+        params, state = self.policy.step(tf.cast(observ, tf.float32), state)
+        distribution = self.policy.distribution(params)
+        action = distribution.mode() if greedy else distribution.sample(seed=[1, 2])
+        return action, {'seen': tf.ones_like(reset_mask)}, state
+
+    def update(self, batch):
+        self.updates.assign_add(1)
+        self.mean_reward.assign(tf.reduce_mean(tf.cast(batch['reward'], tf.float32)))
+        failing = tf.equal(self.calls.assign_add(1), self.FAIL_AT_UPDATE or -1)
+        seen = tf.reduce_all(batch['extras']['seen'])  # What `act` returned, stacked.
+        return {'mean_reward': self.mean_reward.read_value(),
+                'all_seen': tf.cast(seen, tf.float32),
+                'nonfinite': tf.where(failing, 1.0, 0.0)}
+
+    def train_variables(self):
+        return [self.updates, self.mean_reward, *self.policy.variables]
+
+    def acting_modules(self):
+        return {'policy': self.policy}
+
+    def exported_policy(self):
+        return self.policy, None
+
+
+class FailingStubAlgorithm(StubAlgorithm):
+    FAIL_AT_UPDATE = 2
+
+
+STUB_RUN = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=32, env_mode='in_process',
+                eval_every_steps=128, eval_episodes=1)
+
+
+def _summaries(logdir):
+    """{tag: [values]} of the run's TensorBoard summaries."""
+    found = {}
+    for path in glob.glob(os.path.join(logdir, 'events.out.tfevents.*')):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                found.setdefault(value.tag, []).append(
+                    float(tf.make_ndarray(value.tensor)))
+    return found
+
+
+class StubAlgorithmTest(absltest.TestCase):
+    """The loop with an algorithm it has never heard of: no PPO anywhere."""
+
+    def setUp(self):
+        super().setUp()
+        gin.clear_config()
+        self.addCleanup(gin.clear_config)
+
+    def _updates(self, logdir, step):
+        reader = tf.train.load_checkpoint(os.path.join(logdir, loop.CHECKPOINT_DIR,
+                                                       f'ckpt-{step}'))
+        return int(reader.get_tensor('agent/updates/.ATTRIBUTES/VARIABLE_VALUE'))
+
+    def test_trains_checkpoints_exports_and_resumes_any_algorithm(self):
+        logdir = self.create_tempdir().full_path
+        last = loop.train(logdir, algorithm=StubAlgorithm, total_steps=256, **STUB_RUN)
+        self.assertEqual(last['step'], 256)
+        self.assertEqual([record['step'] for record in read_metrics(logdir)], [128, 256])
+        self.assertEqual(self._updates(logdir, 256), 4)  # 64 steps per iteration.
+        summaries = _summaries(logdir)
+        self.assertLen(summaries['train/mean_reward'], 4)
+        self.assertEqual(summaries['train/all_seen'], [1.0] * 4)
+        self.assertLess(max(summaries['train/mean_reward']), 0.0)  # Pendulum's costs.
+        policy = policy_export.SavedPolicy(os.path.join(logdir, 'policy', '256'))
+        action, _ = policy(np.zeros([1, 3], np.float32), (), np.ones([1], bool))
+        self.assertEqual(np.shape(action), (1, 1))
+        # A rerun with a larger budget resumes the algorithm's state where it stopped.
+        loop.train(logdir, algorithm=StubAlgorithm, total_steps=384, **STUB_RUN)
+        self.assertEqual(self._updates(logdir, 384), 6)
+
+    def test_the_algorithms_nonfinite_quantities_are_named_and_undone(self):
+        logdir = self.create_tempdir().full_path
+        with self.assertRaisesRegex(loop.NonFiniteError, 'non-finite stub statistic in the '
+                                    'iteration that ended at step 128; its update was undone'):
+            loop.train(logdir, algorithm=FailingStubAlgorithm, total_steps=256, **STUB_RUN)
+        skipping = self.create_tempdir().full_path
+        loop.train(skipping, algorithm=FailingStubAlgorithm, total_steps=256,
+                   on_nonfinite='skip', **STUB_RUN)
+        # The second update was undone: its count too.
+        self.assertEqual(self._updates(skipping, 256), 3)
+
+    def test_something_else_than_an_algorithm_is_refused(self):
+        for value in (networks.FeedForwardValue, 'PPO', None):
+            with self.subTest(value=value), self.assertRaisesRegex(
+                    run_config.ConfigError, 'train.algorithm must name an algorithm'):
+                loop.train(self.create_tempdir().full_path, algorithm=value, total_steps=64,
+                           **STUB_RUN)
 
 
 if __name__ == '__main__':

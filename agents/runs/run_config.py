@@ -232,6 +232,14 @@ def write_atomic(path, text):
     run_dir.write_text(path, text)
 
 
+def first_line(error):
+    """The first line of an error's message (of a TensorFlow error's `message`, without the
+    traceback it appends; without the context lines gin appends), or the error's type."""
+    message = getattr(error, 'message', None) or str(error)
+    lines = message.strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def _one_line(error):
     text = str(error).strip() or type(error).__name__
     return ' '.join(text.split()) if len(text) < 2000 else text

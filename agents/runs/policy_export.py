@@ -1,4 +1,4 @@
-"""The PPO policy as a self-contained SavedModel: serve it with TensorFlow alone.
+"""A run's policy as a self-contained SavedModel: serve it with TensorFlow alone.
 
 An exported policy holds the policy network and the observation normalizer (raw environment
 observations go in) and two signatures:
@@ -43,9 +43,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 # The fingerprint that tf.saved_model.save writes, for exports that reuse an earlier program.
 from tensorflow.python.saved_model import fingerprinting_utils
 
-from agents.algorithms.ppo import recovery
-from agents.runs import run_dir
-from agents.scripts import run_config
+from agents.runs import recovery, run_config, run_dir
 
 POLICY_DIR = run_dir.POLICY_DIR
 FORMAT = 'batchppo-policy/1'
@@ -86,18 +84,16 @@ class _ExportedPolicy(tf.Module):
     training.
     """
 
-    def __init__(self, agent, metadata, seed, jit_compile):
+    def __init__(self, policy, normalizer, observ_shape, metadata, seed, jit_compile):
         super().__init__(name='exported_policy')
-        self.policy = copy.deepcopy(agent.policy)
-        self.observ_normalizer = copy.deepcopy(agent.observ_normalizer)
+        self.policy = policy = copy.deepcopy(policy)
+        self.observ_normalizer = normalizer = copy.deepcopy(normalizer)
         self.random = tf.random.Generator.from_seed(seed)
         self.metadata = tf.Variable(json.dumps(metadata), trainable=False, name='metadata')
-        policy, normalizer = self.policy, self.observ_normalizer
-        normalizes = agent.normalizes_observ
-        observ_spec = tf.TensorSpec([None, *agent.observ_shape], tf.float32, name='observ')
+        observ_spec = tf.TensorSpec([None, *observ_shape], tf.float32, name='observ')
 
-        def normalize(observ):  # PPO.normalize, on the copy.
-            return normalizer.normalize(observ) if normalizes else observ
+        def normalize(observ):  # The algorithm's normalization, on the copy.
+            return normalizer.normalize(observ) if normalizer is not None else observ
 
         def act(observ, state, reset, greedy):
             state = policy.reset_state(state, reset)
@@ -167,29 +163,31 @@ class PolicyExporter:
         """Prepares the export of `agent` acting in these (wrapped environment) spaces.
 
         Args:
-          agent: the PPO agent.
+          agent: the algorithm (see agents/algorithms/algorithm.py) whose policy to export.
           observation_space, action_space: the spaces of the wrapped environment it acts in.
           seed: seeds the generator of the `sampled_action` signature.
           jit_compile: compile the signatures with XLA. Off by default: `deterministic_action`
-            then computes the very same actions as evaluation (PPO's greedy `act` runs
-            without XLA; with XLA they differ in the last bits), and runtimes without XLA
+            then computes the very same actions as evaluation (the algorithms' greedy `act`
+            runs without XLA; with XLA they differ in the last bits), and runtimes without XLA
             serve it.
         """
-        if tuple(observation_space.shape) != tuple(agent.observ_shape):
-            raise ValueError(f'observation space {observation_space} does not match the agent\'s '
-                             f'observation shape {agent.observ_shape}')
-        state = agent.policy.initial_state(1)
-        if agent.policy.recurrent and not isinstance(state, tf.Tensor):
+        policy, normalizer = agent.exported_policy()
+        if tuple(observation_space.shape) != tuple(policy.observ_shape):
+            raise ValueError(f'observation space {observation_space} does not match the policy\'s '
+                             f'observation shape {policy.observ_shape}')
+        state = policy.initial_state(1)
+        if policy.recurrent and not isinstance(state, tf.Tensor):
             raise ValueError('only recurrent policies whose state is one tensor can be exported')
         self._metadata = {
             'format': FORMAT,
             'observation_space': space_to_dict(observation_space),
             'action_space': space_to_dict(action_space),
-            'recurrent': bool(agent.policy.recurrent),
-            'state_shape': list(state.shape[1:]) if agent.policy.recurrent else None,
+            'recurrent': bool(policy.recurrent),
+            'state_shape': list(state.shape[1:]) if policy.recurrent else None,
         }
-        self._agent = agent
-        self._module = _ExportedPolicy(agent, dict(self._metadata), seed, jit_compile)
+        self._sources = (policy, normalizer)
+        self._module = _ExportedPolicy(policy, normalizer, observation_space.shape,
+                                       dict(self._metadata), seed, jit_compile)
         self._signatures = self._module.signatures()
         # Keys its checkpoint like the variables of a SavedModel of the module.
         self._variables = tf.train.Checkpoint(root=self._module)
@@ -217,10 +215,11 @@ class PolicyExporter:
         After this the agent may change: `write` saves what was captured, also from another
         thread while the agent trains (the trainer exports in the background).
         """
-        for module in ('policy', 'observ_normalizer'):
-            for mine, theirs in zip(getattr(self._module, module).variables,
-                                    getattr(self._agent, module).variables, strict=True):
-                mine.assign(theirs)
+        copies = (self._module.policy, self._module.observ_normalizer)
+        for copy_, source in zip(copies, self._sources, strict=True):
+            if source is not None:
+                for mine, theirs in zip(copy_.variables, source.variables, strict=True):
+                    mine.assign(theirs)
         metadata = dict(self._metadata, step=None if step is None else int(step), config=config)
         self._module.metadata.assign(json.dumps(metadata))
 

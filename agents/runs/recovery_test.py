@@ -5,7 +5,7 @@ import os
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms.ppo import recovery
+from agents.runs import recovery
 
 
 def make_checkpoints(directory, steps):

@@ -14,7 +14,9 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms.ppo import networks, policy_export, ppo
+from agents.algorithms import networks
+from agents.algorithms.ppo import ppo
+from agents.runs import policy_export
 
 OBSERV_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 BOX_ACTIONS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -380,7 +382,7 @@ class PolicyExportTest(absltest.TestCase):
 
     def test_observation_space_must_fit_the_agent(self):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)
-        with self.assertRaisesRegex(ValueError, 'does not match the agent'):
+        with self.assertRaisesRegex(ValueError, 'does not match the policy'):
             policy_export.PolicyExporter(agent, gym.spaces.Box(-1, 1, (4,)), BOX_ACTIONS)
 
 

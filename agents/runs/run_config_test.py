@@ -8,7 +8,7 @@ from unittest import mock
 import gin
 from absl.testing import absltest
 
-from agents.scripts import run_config
+from agents.runs import run_config
 
 
 @gin.configurable
@@ -124,7 +124,7 @@ class LogdirLockTest(absltest.TestCase):
     def hold_in_another_process(self, logdir):
         """A process holding the logdir's lock until its stdin closes; returns it."""
         holder = subprocess.Popen(
-            [sys.executable, '-c', 'import sys; from agents.scripts import run_config; '
+            [sys.executable, '-c', 'import sys; from agents.runs import run_config; '
              f'lock = run_config.lock_logdir({logdir!r}); print("locked", flush=True); '
              'sys.stdin.read()'],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -13,7 +13,6 @@ work on a finished run, not for use inside training.
 """
 
 import dataclasses
-import inspect
 import os
 import re
 import tempfile
@@ -24,10 +23,12 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from agents.algorithms.ppo import recovery, trainer
-from agents.scripts import run_config
+from agents.runs import environments, loop, recovery, run_config
 
 ConfigError = run_config.ConfigError
+# Runs written before `train.algorithm` was a binding trained PPO (a binding, so this module
+# imports no algorithm: the binaries register them).
+_ALGORITHM_OF_OLDER_RUNS = 'train.algorithm = @PPO'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Environment:
             env_id, env_kwargs = self.env_id, self.env_kwargs
         else:
             env_kwargs = None  # Keyword arguments of one environment rarely fit another.
-        return trainer.env_factory(env_id, env_kwargs, (*self.wrappers, *extra_wrappers),
+        return environments.env_factory(env_id, env_kwargs, (*self.wrappers, *extra_wrappers),
                                    **make_kwargs)
 
     def make(self, env_id=None, **make_kwargs):
@@ -58,7 +59,7 @@ class Environment:
             return self.factory(env_id, **make_kwargs)()
         except Exception as error:  # The environment's own errors: bad id, kwargs, wrappers...
             raise ConfigError(f'cannot make environment {env_id or self.env_id!r}: '
-                              f'{_first_line(error)}') from error
+                              f'{run_config.first_line(error)}') from error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +107,7 @@ def find_checkpoint(logdir, checkpoint=None):
     Without it, the newest checkpoint of the run that reads back; a named checkpoint that does
     not read back is an error (the user asked for that one).
     """
-    directory = os.path.join(logdir, trainer.CHECKPOINT_DIR)
+    directory = os.path.join(logdir, loop.CHECKPOINT_DIR)
     if checkpoint is None:
         path, skipped = recovery.newest_readable_checkpoint(directory)
         if path is None and skipped:
@@ -133,7 +134,7 @@ def checkpoint_run(path):
     """The run directory holding checkpoint `path` (the parent of its `checkpoints/`), or None
     for a checkpoint elsewhere."""
     directory = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(directory) != trainer.CHECKPOINT_DIR:
+    if os.path.basename(directory) != loop.CHECKPOINT_DIR:
         return None
     return os.path.dirname(directory)
 
@@ -177,13 +178,13 @@ def environment_from_config(config):
         gin.parse_config(config, skip_unknown=True)
     except Exception as error:  # Gin raises many types; all mean an unusable configuration.
         raise ConfigError(f'cannot parse the run\'s gin configuration: {error}') from error
-    defaults = inspect.signature(trainer.training_run).parameters
     values = {}
-    for name in ('env_id', 'env_kwargs', 'wrappers'):
+    for name, default in (('env_id', None), ('env_kwargs', None),
+                          ('wrappers', environments.DEFAULT_WRAPPERS)):
         try:
             values[name] = _resolve_references(gin.query_parameter(f'train.{name}'))
         except ValueError:
-            values[name] = defaults[name].default
+            values[name] = default
     if not isinstance(values['env_id'], str):
         raise ConfigError('the run\'s configuration does not name its environment '
                           '(no train.env_id binding)')
@@ -205,8 +206,8 @@ def _resolve_references(value):
 def restore_agent(logdir, checkpoint=None):
     """The run's agent with the weights and statistics of its latest (or the given) checkpoint.
 
-    Restores what acting needs: the policy, the value network and the observation normalizer
-    (not the optimizer nor the reward scaler, whose shape depends on the training batch).
+    Restores what acting needs (`Algorithm.acting_modules`: e.g. not the optimizer nor PPO's
+    reward scaler, whose shape depends on the training batch).
     """
     config = read_config(logdir)
     path, skipped = find_checkpoint(logdir, checkpoint)
@@ -217,15 +218,24 @@ def restore_agent(logdir, checkpoint=None):
     finally:
         env.close()
     try:
-        agent = trainer.build_agent(observation_space, action_space, num_envs=1, seed=0)
-    except (ValueError, TypeError) as error:
+        algorithm = gin.query_parameter('train.algorithm')
+    except ValueError:
+        gin.parse_config(_ALGORITHM_OF_OLDER_RUNS)
+        algorithm = gin.query_parameter('train.algorithm')
+    if not isinstance(algorithm, gin.config.ConfigurableReference):
+        raise ConfigError(f'the configuration of logdir {logdir} names an algorithm that is not '
+                          f'registered (agents/algorithms/registry.py): '
+                          f'@{getattr(algorithm, "_selector", algorithm)}')
+    algorithm = _resolve_references(algorithm)
+    try:
+        agent = loop.build_algorithm(algorithm, observation_space, action_space, num_envs=1,
+                                     seed=0)
+    except ConfigError as error:
         raise ConfigError(f'cannot build the agent of logdir {logdir}: {error}') from error
     env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
     # The trainer's checkpoint layout, with only the parts that act.
-    acting = tf.train.Checkpoint(
-        agent=tf.train.Checkpoint(policy=agent.policy, value=agent.value,
-                                  observ_normalizer=agent.observ_normalizer),
-        env_steps=env_steps)
+    acting = tf.train.Checkpoint(agent=tf.train.Checkpoint(**agent.acting_modules()),
+                                 env_steps=env_steps)
     mismatch = _mismatch(acting, path)
     if mismatch:
         raise ConfigError(f'checkpoint {path} does not fit the configuration of logdir '
@@ -306,12 +316,6 @@ class _ObjectGraph:
             node = self._graph.nodes[child.node_id]
         key = self._key(node)
         return None if key is None else list(self._shapes[key])
-
-
-def _first_line(error):
-    """The message of an error without the context lines gin appends to it."""
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 class AgentPolicy:

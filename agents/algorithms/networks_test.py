@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms.ppo import networks
+from agents.algorithms import networks
 
 
 class LayersTest(parameterized.TestCase):

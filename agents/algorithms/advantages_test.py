@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms.ppo import advantages
+from agents.algorithms import advantages
 
 
 def reference_gae(reward, value, next_value, terminated, truncated, discount, gae_lambda):

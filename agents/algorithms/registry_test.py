@@ -1,0 +1,60 @@
+"""Tests for the registry of algorithms: every entry is an algorithm, every config names one."""
+
+import glob
+import os
+
+import gin
+from absl.testing import absltest
+
+from agents.algorithms import algorithm, registry
+from agents.runs import loop, run_config
+
+
+class RegistryTest(absltest.TestCase):
+
+    def tearDown(self):
+        gin.clear_config()
+        super().tearDown()
+
+    def test_entries_are_algorithms_under_their_gin_names(self):
+        self.assertNotEmpty(registry.ALGORITHMS)
+        for name, cls in registry.ALGORITHMS.items():
+            with self.subTest(name=name):
+                self.assertTrue(issubclass(cls, algorithm.Algorithm))
+                gin.clear_config()
+                gin.parse_config(f'train.algorithm = @{name}')
+                self.assertIs(gin.query_parameter('train.algorithm').scoped_configurable_fn,
+                              cls)
+
+    def test_every_bundled_task_config_names_a_registered_algorithm(self):
+        configs = sorted(glob.glob(os.path.join(run_config.BUNDLED_CONFIGS, '*.gin')))
+        tasks = 0
+        for path in configs:
+            gin.clear_config()
+            run_config.load([path], [])
+            try:
+                gin.query_parameter('train.env_id')
+            except ValueError:
+                continue  # Included by task configs (base.gin), or added to one (ppo_kl.gin).
+            tasks += 1
+            with self.subTest(config=os.path.basename(path)):
+                loop.check_config()
+                named = gin.query_parameter('train.algorithm').scoped_configurable_fn
+                self.assertIn(named, registry.ALGORITHMS.values())
+        self.assertGreater(tasks, 5)
+
+    def test_a_config_without_an_algorithm_is_refused(self):
+        gin.parse_config("train.env_id = 'Pendulum-v1'")
+        with self.assertRaisesRegex(run_config.ConfigError, 'no algorithm: bind '
+                                    'train.algorithm in the config, e.g. train.algorithm = @PPO'):
+            loop.check_config()
+
+    def test_a_config_naming_something_else_is_refused(self):
+        gin.parse_config("train.algorithm = @FeedForwardValue\ntrain.env_id = 'Pendulum-v1'")
+        with self.assertRaisesRegex(run_config.ConfigError, 'train.algorithm must name an '
+                                    'algorithm .*, got FeedForwardValue'):
+            loop.check_config()
+
+
+if __name__ == '__main__':
+    absltest.main()

@@ -1,0 +1,172 @@
+"""The environments of a run, for both backends: what training and evaluation step.
+
+With the Gymnasium backend, `num_envs` Gymnasium environments are stepped as one batch (in
+worker processes or in-process, see tools/batch_env.py) behind the in-graph batch env, and the
+evaluation environments in-process; with the native backend, both are TF environments from
+agents/envs. Mistakes of the configuration (an unknown id, bad keyword arguments or wrappers)
+become a `ConfigError` naming them.
+"""
+
+import contextlib
+import functools
+import importlib
+import re
+
+import gymnasium as gym
+import tensorflow as tf
+
+from agents import envs
+from agents.runs import run_config
+from agents.tools import batch_env, in_graph_batch_env
+from agents.tools import wrappers as wrappers_lib
+
+BACKENDS = ('gymnasium', 'native')
+MODES = ('external', 'in_process', 'hybrid')
+# Bounded observations and actions rescaled to [-1, 1], the policy's actions clipped to the
+# action space.
+DEFAULT_WRAPPERS = ('range_normalize', 'ClipAction')
+# Seeds of the evaluation environments: far from those of the training environments.
+EVAL_SEED_OFFSET = 1_000_000
+
+
+class Environments:
+    """The training and evaluation environments of a run (a context that closes them).
+
+    `rebuild_training()` makes fresh training environments (Gymnasium backend; None for the
+    native one, whose environments run no code that could crash).
+    """
+
+    def __init__(self, env_id, backend, num_envs, eval_episodes, seed, env_kwargs=None,
+                 wrappers=DEFAULT_WRAPPERS, mode='external', num_workers=None,
+                 native_dtype='float64', check_inputs=True):
+        self._stack = contextlib.ExitStack()
+        self.make_training = None
+        with self._stack:
+            if backend == 'native':
+                self.training, self.evaluation = _native_envs(
+                    env_id, env_kwargs, wrappers, num_envs, eval_episodes, native_dtype,
+                    check_inputs=check_inputs, seed=seed)
+            else:
+                env_fn = env_factory(env_id, env_kwargs, wrappers)
+                self.make_training = functools.partial(
+                    make_vector_env, env_fn, num_envs, mode, num_workers)
+                self.training = in_graph_batch_env.InGraphBatchEnv(
+                    _configured(self.make_training, env_id), seed=seed)
+                self._stack.callback(self.training.close)
+                self.evaluation = in_graph_batch_env.InGraphBatchEnv(
+                    _configured(functools.partial(
+                        make_vector_env, env_fn, eval_episodes, 'in_process', None), env_id),
+                    seed=seed + EVAL_SEED_OFFSET)
+                self._stack.callback(self.evaluation.close)
+            self._stack = self._stack.pop_all()
+
+    def close(self):
+        self._stack.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *unused_exc_info):
+        self.close()
+
+
+def action_size(space):
+    """What an algorithm is built with: action dimensions (Box) or number of actions."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return int(space.shape[0])
+    raise run_config.ConfigError(
+        f'the algorithms support Discrete and one-dimensional Box action spaces, got {space}')
+
+
+def check_env_id(env_id):
+    if not isinstance(env_id, str):
+        raise run_config.ConfigError(f'train.env_id must be a string, got {env_id!r}')
+    module, _, name = env_id.rpartition(':')
+    try:
+        if module:  # 'package.module:Env-v0', as gymnasium.make takes it.
+            importlib.import_module(module)
+        gym.spec(name)
+    except (gym.error.Error, ImportError) as error:
+        raise run_config.ConfigError(f'unknown env id {env_id!r}: {error}') from error
+
+
+def env_factory(env_id, env_kwargs=None, wrappers=(), **make_kwargs):
+    """A picklable function that makes one wrapped environment, as training sees it.
+
+    `make_kwargs` (e.g. render_mode='rgb_array') go to `gymnasium.make` as well.
+    """
+    return functools.partial(
+        batch_env.make_env, env_id, {**dict(env_kwargs or {}), **make_kwargs},
+        (functools.partial(wrappers_lib.apply_wrappers, wrappers=tuple(wrappers)),))
+
+
+def make_vector_env(env_fn, num_envs, mode, num_workers):
+    """`num_envs` environments from `env_fn` as a BatchEnv with explicit resets."""
+    # The in-graph env ignores infos and copies observations itself: skip both per step.
+    return _FailureRecorder(batch_env.BatchEnv(
+        [env_fn] * num_envs, mode=mode, num_workers=num_workers,
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False, copy=False))
+
+
+class _FailureRecorder(gym.vector.VectorWrapper):
+    """Keeps the exception of a failed `step` or `reset`, which TF's error only quotes."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.failure = None
+
+    def cancel_wait(self, reason):
+        self.env.cancel_wait(reason)
+
+    def waiting(self):
+        return self.env.waiting()
+
+    def step(self, actions):
+        try:
+            return self.env.step(actions)
+        except Exception as error:
+            self.failure = error
+            raise
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            return self.env.reset(seed=seed, options=options)
+        except Exception as error:
+            self.failure = error
+            raise
+
+
+def _native_envs(env_id, env_kwargs, wrappers, num_envs, eval_episodes, dtype, check_inputs,
+                 seed):
+    """The native training and evaluation environments of `env_id` (see agents/envs)."""
+    if not envs.has_native_env(env_id):
+        raise run_config.ConfigError(
+            f'train.env_backend = \'native\': no native environment for {env_id!r}; native '
+            f'ones: {", ".join(sorted(envs.ENVS))}')
+    if env_kwargs:
+        raise run_config.ConfigError(
+            f'train.env_kwargs = {env_kwargs!r}: native environments take no keyword arguments')
+    try:
+        train_env = envs.make(env_id, num_envs, seed=seed, wrappers=tuple(wrappers),
+                              dtype=getattr(tf, dtype), check_inputs=check_inputs)
+        # Float64 physics: evaluations agree with Gymnasium's environment to 1e-5.
+        eval_env = envs.make(env_id, eval_episodes, seed=seed + EVAL_SEED_OFFSET,
+                             wrappers=tuple(wrappers), dtype=tf.float64,
+                             check_inputs=check_inputs)
+    except (ValueError, TypeError) as error:
+        raise run_config.ConfigError(
+            f'cannot make native environment {env_id!r}: {run_config.first_line(error)}') from error
+    return train_env, eval_env
+
+
+def _configured(make_env, env_id):
+    """`make_env()`, its mistakes (bad env_kwargs, wrappers, spaces...) as a ConfigError."""
+    try:
+        return make_env()
+    except (ValueError, TypeError, gym.error.Error, batch_env.EnvError) as error:
+        # Which of the identical environments failed does not matter here.
+        reason = re.sub(r'^Environment \d+ failed in make: (\w+Error: )?', '',
+                        run_config.first_line(error))
+        raise run_config.ConfigError(f'cannot make environment {env_id!r}: {reason}') from error
