@@ -114,68 +114,66 @@ def _simulation_modules():
     return simulate, in_graph_batch_env
 
 
-def _training_batch_env(mode, env_id, num_envs):
-    """A BatchEnv as the in-graph simulation uses it: explicit resets, no infos."""
-    return batch_env.BatchEnv(
+def time_on_training_batch_env(time_fn, mode, env_id, actions):
+    """`time_fn(env, len(actions))` of a BatchEnv of `mode` as the in-graph simulation uses it:
+    explicit resets (AutoresetMode.DISABLED), no infos."""
+    num_steps, num_envs = actions.shape[:2]
+    env = batch_env.BatchEnv(
         [functools.partial(gym.make, env_id)] * num_envs, mode=mode,
         autoreset_mode=gym.vector.AutoresetMode.DISABLED, collect_infos=False)
-
-
-def time_raw_loop(mode, env_id, actions):
-    """Timing of a Python loop stepping a BatchEnv with a constant action for len(actions)
-    steps and resetting finished envs like the simulator: the reference of the in-graph rows."""
-    simulate, _ = _simulation_modules()
-    num_steps, num_envs = actions.shape[:2]
-    env = _training_batch_env(mode, env_id, num_envs)
     try:
-        action = simulate.neutral_action(env.single_action_space)
-        constant_actions = np.broadcast_to(action, (num_envs, *action.shape)).copy()
-
-        def run(num_steps):
-            for _ in range(num_steps):
-                _, _, terminated, truncated, _ = env.step(constant_actions)
-                done = terminated | truncated
-                if done.all():
-                    env.reset()
-                elif done.any():
-                    env.reset(options={'reset_mask': done})
-
-        env.reset(seed=0)
-        run(FLAGS.warmup_steps)
-        with stopwatch() as timing:
-            run(num_steps)
-        return timing
+        return time_fn(env, num_steps)
     finally:
         env.close()
 
 
-def time_in_graph_rollout(mode, env_id, actions):
-    """Timing of one compiled `Simulator.rollout` of len(actions) steps with a constant policy.
+def raw_loop(vector_env, action, num_steps):
+    """Steps `vector_env` (AutoresetMode.DISABLED) `num_steps` times with `action` in every env
+    and resets finished envs like the simulator does."""
+    actions = np.broadcast_to(action, (vector_env.num_envs, *action.shape)).copy()
+    for _ in range(num_steps):
+        _, _, terminated, truncated, _ = vector_env.step(actions)
+        done = terminated | truncated
+        if done.all():
+            vector_env.reset()
+        elif done.any():
+            vector_env.reset(options={'reset_mask': done})
+
+
+def time_raw_loop(vector_env, num_steps):
+    """Timing of `raw_loop` with a neutral action for `num_steps` steps after --warmup_steps
+    untimed ones: the reference of the in-graph rows."""
+    simulate, _ = _simulation_modules()
+    action = simulate.neutral_action(vector_env.single_action_space)
+    vector_env.reset(seed=0)
+    raw_loop(vector_env, action, FLAGS.warmup_steps)
+    with stopwatch() as timing:
+        raw_loop(vector_env, action, num_steps)
+    return timing
+
+
+def time_in_graph_rollout(vector_env, num_steps):
+    """Timing of one compiled `Simulator.rollout` of `vector_env` (AutoresetMode.DISABLED) for
+    `num_steps` steps with a constant, neutral policy.
 
     A first rollout of the same length compiles the graph and is not timed.
     """
     simulate, in_graph_batch_env = _simulation_modules()
-    num_steps, num_envs = actions.shape[:2]
-    env = _training_batch_env(mode, env_id, num_envs)
-    try:
-        graph_env = in_graph_batch_env.InGraphBatchEnv(env, seed=0)
-        simulator = simulate.Simulator(graph_env, simulate.ConstantAlgorithm(
-            simulate.neutral_action(graph_env.action_space)))
+    graph_env = in_graph_batch_env.InGraphBatchEnv(vector_env, seed=0)
+    simulator = simulate.Simulator(graph_env, simulate.ConstantAlgorithm(
+        simulate.neutral_action(graph_env.action_space)))
+    simulator.rollout(num_steps)
+    with stopwatch() as timing:
         simulator.rollout(num_steps)
-        with stopwatch() as timing:
-            simulator.rollout(num_steps)
-        return timing
-    finally:
-        env.close()
+    return timing
 
 
 def simulation_runners(mode, min_envs=1):
     return [
-        Runner(f'raw_loop_{mode}', functools.partial(time_raw_loop, mode), min_envs,
-               simulation=True),
-        Runner(f'in_graph_{mode}', functools.partial(time_in_graph_rollout, mode), min_envs,
-               simulation=True),
-    ]
+        Runner(name, functools.partial(time_on_training_batch_env, time_fn, mode), min_envs,
+               simulation=True)
+        for name, time_fn in ((f'raw_loop_{mode}', time_raw_loop),
+                              (f'in_graph_{mode}', time_in_graph_rollout))]
 
 
 RUNNERS = [

@@ -54,7 +54,12 @@ flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',
                             'pendulum_gym_settings_native', 'cheetah', 'cheetah_shared'],
                   'Tasks to run (keys of TASKS).')
-flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3.')
+flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3, baseline (ours from '
+                  '--baseline_tree).')
+flags.DEFINE_string('baseline_tree', None, 'Another checkout of this project, e.g. of main '
+                    '(`git worktree add /tmp/main main`): runs it as the system `baseline` '
+                    'right after `ours` on every task and seed, with its own configs, and '
+                    'prints ours/baseline. For a change that must not cost speed.')
 flags.DEFINE_integer('seeds', 1, 'Seeds per task and system (0, 1, ...); medians are reported.')
 flags.DEFINE_multi_string('budget', [], "Training budget override 'task=steps', e.g. "
                           "'pendulum=50000'.")
@@ -300,7 +305,11 @@ def summarize_run(run, threshold):
     return run
 
 
-def ours_command(gin_files, bindings, logdir, seed):
+def ours_command(gin_files, bindings, logdir, seed, tree=run_config.PACKAGE_ROOT):
+    """The train binary of the checkout `tree` (this one by default), on that checkout's copies
+    of the gin files."""
+    gin_files = [os.path.join(tree, os.path.relpath(path, run_config.PACKAGE_ROOT))
+                 for path in gin_files]
     return ([sys.executable, '-m', 'agents.scripts.train', f'--logdir={logdir}',
              f'--seed={seed}'] + [f'--gin_file={path}' for path in gin_files] +
             [f'--gin_bindings={binding}' for binding in bindings])
@@ -333,8 +342,9 @@ def _median(values):
 
 
 def task_systems(task, systems):
-    """The systems `task` runs with: ours only for a native task."""
-    return [system for system in systems if system == 'ours' or not TASKS[task].baseline]
+    """The systems `task` runs with: ours (and the baseline tree) only for a native task."""
+    return [system for system in systems
+            if system in ('ours', 'baseline') or not TASKS[task].baseline]
 
 
 def _ratios(numerator, denominator):
@@ -363,6 +373,9 @@ def summarize(runs, tasks, systems):
             summary[task][system] = medians
         if {'ours', 'sb3'} <= set(summary[task]):
             summary[task]['ratio'] = _ratios(summary[task]['ours'], summary[task]['sb3'])
+        if {'ours', 'baseline'} <= set(summary[task]):
+            summary[task]['ours/baseline'] = _ratios(summary[task]['ours'],
+                                                     summary[task]['baseline'])
     for task in tasks:
         baseline = summary.get(TASKS[task].baseline, {})
         if 'ours' in summary[task]:
@@ -373,13 +386,34 @@ def summarize(runs, tasks, systems):
     return summary
 
 
+def paired_ratios(runs, tasks, keys=('overall_sps', 'steady_sps', 'steady_wall_sps')):
+    """ours/baseline of each seed's pair of runs (run one after the other), per task: the
+    spread behind the median ratio."""
+    lines = ['ours/baseline per seed (paired runs):']
+    for task in tasks:
+        pairs = {}
+        for run in runs:
+            if run['task'] == task and run['system'] in ('ours', 'baseline'):
+                pairs.setdefault(run['seed'], {})[run['system']] = run
+        parts = []
+        for key in keys:
+            ratios = [pair['ours'][key] / pair['baseline'][key] for pair in pairs.values()
+                      if len(pair) == 2 and pair['ours'].get(key) and pair['baseline'].get(key)]
+            if ratios:
+                parts.append(f'{key} {", ".join(f"{ratio:.3f}" for ratio in ratios)}')
+        if parts:
+            lines.append(f'  {task}: {"; ".join(parts)}')
+    return '\n'.join(lines)
+
+
 def format_table(summary, tasks, loads=()):
     def number(value, digits=0):
         return '-' if value is None else f'{value:,.{digits}f}'
 
     header = ('task', 'system', 'steps', 'overall/s', 'steady/s', '+evals/s', 'to thr (s)',
               'train thr (s)', 'final', 'PSS MB', 'RSS MB', 'CPU s')
-    ratio_labels = {'ratio': 'ours/SB3', 'native/SB3': 'native/SB3', 'native/gym': 'native/gym'}
+    ratio_labels = {'ratio': 'ours/SB3', 'native/SB3': 'native/SB3', 'native/gym': 'native/gym',
+                    'ours/baseline': 'ours/baseline'}
     rows = [header]
     for task in tasks:
         threshold = TASKS[task].threshold
@@ -437,15 +471,25 @@ def main(argv):
     unknown = [task for task in FLAGS.tasks if task not in TASKS]
     if unknown:
         raise app.UsageError(f'Unknown tasks {unknown}; known: {sorted(TASKS)}')
-    systems = [system for system in FLAGS.systems if system not in ('ours', 'sb3')]
-    if systems:
-        raise app.UsageError(f'Unknown systems {systems}; known: ours, sb3')
+    systems = list(FLAGS.systems)
+    if FLAGS.baseline_tree:
+        if not os.path.isfile(os.path.join(FLAGS.baseline_tree, 'agents', 'scripts', 'train.py')):
+            raise app.UsageError(f'--baseline_tree={FLAGS.baseline_tree}: not a checkout of this '
+                                 'project (no agents/scripts/train.py)')
+        if 'baseline' not in systems:
+            systems.insert(systems.index('ours') + 1 if 'ours' in systems else 0, 'baseline')
+    elif 'baseline' in systems:
+        raise app.UsageError('the system baseline needs --baseline_tree')
+    unknown = [system for system in systems if system not in ('ours', 'sb3', 'baseline')]
+    if unknown:
+        raise app.UsageError(f'Unknown systems {unknown}; known: ours, sb3, baseline')
     if FLAGS.seeds < 1:
         raise app.UsageError('--seeds must be positive')
     budgets = parse_budgets(FLAGS.budget, FLAGS.tasks)
-    python = peers_python() if 'sb3' in FLAGS.systems else None
+    python = peers_python() if 'sb3' in systems else None
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='train_throughput-')
     ours_env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT)
+    baseline_env = dict(os.environ, PYTHONPATH=os.path.abspath(FLAGS.baseline_tree or '.'))
     sb3_env = {key: value for key, value in os.environ.items() if key != 'PYTHONPATH'}
     runs, settings_by_task = [], {}
     for task in FLAGS.tasks:
@@ -454,10 +498,14 @@ def main(argv):
         settings_by_task[task] = settings
         print(f'{task}: {json.dumps(settings)}', flush=True)
         for seed in range(FLAGS.seeds):
-            for system in task_systems(task, FLAGS.systems):
+            for system in task_systems(task, systems):
                 logdir = os.path.join(workdir, f'{task}-{system}-seed{seed}')
                 if system == 'ours':
                     command, env = ours_command(gin_files, bindings, logdir, seed), ours_env
+                elif system == 'baseline':
+                    command = ours_command(gin_files, bindings, logdir, seed,
+                                           tree=os.path.abspath(FLAGS.baseline_tree))
+                    env = baseline_env
                 else:
                     command, env = sb3_command(python, settings, logdir, seed), sb3_env
                 run = summarize_run(run_monitored(command, logdir, env, FLAGS.poll_secs),
@@ -469,8 +517,10 @@ def main(argv):
                       f'final return {run["final_return"]:.1f}, threshold reached after '
                       f'{"-" if to_threshold is None else f"{to_threshold:.1f}"} s, peak PSS '
                       f'{run["peak_pss_mb"]:.0f} MB, load {run["load_before"]:.1f}', flush=True)
-    summary = summarize(runs, FLAGS.tasks, FLAGS.systems)
+    summary = summarize(runs, FLAGS.tasks, systems)
     print(format_table(summary, FLAGS.tasks, [run['load_before'] for run in runs]))
+    if 'baseline' in systems:
+        print(paired_ratios(runs, FLAGS.tasks))
     if FLAGS.output_json:
         with open(FLAGS.output_json, 'w', encoding='utf-8') as f:
             json.dump({'runs': runs, 'summary': summary, 'settings': settings_by_task,

@@ -183,6 +183,29 @@ class SummaryTest(absltest.TestCase):
         self.assertIn('native/SB3', table)
         self.assertIn('native/gym', table)
 
+    def test_a_baseline_tree_runs_beside_ours_with_paired_ratios(self):
+        def run(system, seed, sps):
+            return {'task': 'pendulum_native', 'system': system, 'seed': seed,
+                    'to_threshold_s': None, 'train_to_threshold_s': None,
+                    **{key: sps for key in train_throughput.SUMMARY_KEYS
+                       if key not in ('to_threshold_s', 'train_to_threshold_s')}}
+
+        self.assertEqual(train_throughput.task_systems(
+            'pendulum_native', ['ours', 'baseline', 'sb3']), ['ours', 'baseline'])
+        runs = [run('ours', 0, 100.0), run('baseline', 0, 80.0), run('ours', 1, 90.0),
+                run('baseline', 1, 100.0), run('ours', 2, 110.0), run('baseline', 2, 100.0)]
+        summary = train_throughput.summarize(runs, ['pendulum_native'], ['ours', 'baseline'])
+        self.assertEqual(summary['pendulum_native']['ours/baseline']['steady_sps'], 1.0)
+        self.assertIn('ours/baseline', train_throughput.format_table(summary,
+                                                                     ['pendulum_native']))
+        self.assertIn('pendulum_native: overall_sps 1.250, 0.900, 1.100',
+                      train_throughput.paired_ratios(runs, ['pendulum_native']))
+        command = train_throughput.ours_command(
+            [os.path.join(run_config.PACKAGE_ROOT, 'configs', 'pendulum.gin')], ['a = 1'],
+            '/logs', 3, tree='/elsewhere')
+        self.assertIn('--gin_file=/elsewhere/configs/pendulum.gin', command)
+        self.assertIn('--gin_bindings=a = 1', command)
+
     def test_parse_budgets(self):
         self.assertEqual(train_throughput.parse_budgets(['pendulum=5000'], ['pendulum']),
                          {'pendulum': 5000})

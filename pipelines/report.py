@@ -61,6 +61,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from agents.runs import run_config, run_dir
+from agents.scripts import log_noise
 from pipelines import plots, report_data, report_html, run_reader
 
 EXIT_USAGE = 2
@@ -171,7 +172,8 @@ def render_video(config, settings):
         except Exception as error:  # One bad policy must not stop the report; it is listed.
             logging.warning('No video of %s: %s', run_id, error)
             # A message naming the policy's local copy names the policy.
-            failures.append(f'{run_id}: {_first_line(error).replace(local_policy, policy_dir)}')
+            message = run_config.first_line(error).replace(local_policy, policy_dir)
+            failures.append(f'{run_id}: {message}')
             continue
         config['video'] = dict(info, path=path, run=run_id, seed=seed)
         if run_id != config['best_run']:
@@ -202,12 +204,7 @@ def _render_with_retry(policy_dir, path, settings, attempts=2):
             if attempt == attempts:
                 raise
             logging.warning('Rendering %s failed (%s: %s); trying again.', policy_dir,
-                            type(error).__name__, _first_line(error))
-
-
-def _first_line(error):
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+                            type(error).__name__, run_config.first_line(error))
 
 
 def write_report(unused_element, runs, configurations, discovery, settings):
@@ -345,11 +342,9 @@ def check_output_dir(output_dir, input_dir):
         if not _holds_report(output_dir):
             raise UsageError(f'output_dir {output_dir} is not empty and holds no earlier '
                              'report; choose a new or empty directory')
-    parent = os.path.dirname(output_dir)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise UsageError(f'cannot write output_dir {output_dir}: {parent} is not writable')
+    unwritable = run_dir.unwritable_ancestor(os.path.dirname(output_dir))
+    if unwritable:
+        raise UsageError(f'cannot write output_dir {output_dir}: {unwritable} is not writable')
 
 
 def _check_remote_output_dir(output_dir, input_dir):
@@ -520,7 +515,10 @@ def run():
     # program is a console script.
     for flag in FLAGS.get_key_flags_for_module(sys.modules[__name__]):
         FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    app.run(main, flags_parser=parse_flags)
+    # TensorFlow loads in the pipeline's workers (reading event files, rendering videos), which
+    # write to this process's stderr and inherit its environment: quiet for the whole run.
+    with log_noise.tensorflow_start():
+        app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == '__main__':

@@ -6,9 +6,10 @@ it this module reads
 
 - the gin bindings, parsed with gin's own parser, as `{'PPO.learning_rate': '0.001', ...}` (the
   value as written); runs whose bindings differ only in the seed form one configuration;
-- the evaluation curve: `metrics.jsonl` lines (a line that is not JSON, lacks a finite
-  `mean_return` or holds a number out of range, see `MAX_STEP` and `MAX_MAGNITUDE`, is skipped
-  and reported), or the `eval/mean_return` summaries when that file gives nothing;
+- the evaluation curve: `metrics.jsonl` lines as agents/runs/metrics.py reads them (a line
+  that is not JSON, lacks a finite `mean_return` or holds a number out of range, see `MAX_STEP`
+  and `MAX_MAGNITUDE`, is skipped and reported), or the `eval/mean_return` summaries when that
+  file gives nothing;
 - the training-episode returns from the event files (TF2 writes scalars as tensors); a
   truncated or corrupt file is read up to the damage, which is reported, and values out of
   range are skipped and reported;
@@ -32,13 +33,11 @@ import ast
 import dataclasses
 import fnmatch
 import hashlib
-import io
 import json
 import math
 import os
 import re
 import stat
-import sys
 import tempfile
 import tokenize
 from typing import Any
@@ -48,7 +47,7 @@ import numpy as np
 from gin import config_parser
 from tensorboard.compat.proto import event_pb2, types_pb2
 
-from agents.runs import run_dir
+from agents.runs import metrics, run_dir
 
 CONFIG_FILES = (run_dir.OPERATIVE_CONFIG_FILE, run_dir.CONFIG_FILE)
 METRICS_FILE = run_dir.METRICS_FILE  # As agents/runs/loop.py writes it.
@@ -58,15 +57,9 @@ TRIALS_FILE = 'trials.jsonl'
 EVAL_TAG = 'eval/mean_return'
 TRAIN_RETURN_TAG = 'train/episode_return'
 SEED_BINDING = 'train.seed'
-# Steps are int64 in the report's arrays, as in the trainer's step counter.
-MAX_STEP = 2**63 - 1
-# The largest magnitude of a return the report takes. Larger ones come from bugs or damage,
-# not training, and break its arithmetic: matplotlib's axis ticks overflow for ranges above
-# about 1e307, and the statistics sum the returns of a configuration's runs. 1e300 leaves a
-# factor of 10^8 below the float maximum (1.8e308).
-MAX_MAGNITUDE = 1e300
-_STEP_RANGE = '0 to 2^63 - 1'
-_VALUE_RANGE = f'{-MAX_MAGNITUDE:g} to {MAX_MAGNITUDE:g}'
+# The range of the steps and returns the report takes (see agents/runs/metrics.py).
+MAX_STEP = metrics.MAX_STEP
+MAX_MAGNITUDE = metrics.MAX_MAGNITUDE
 _FILE_KINDS = {stat.S_IFDIR: 'a directory', stat.S_IFIFO: 'a named pipe (FIFO)',
                stat.S_IFSOCK: 'a socket', stat.S_IFCHR: 'a character device',
                stat.S_IFBLK: 'a block device'}
@@ -220,15 +213,16 @@ def _read_trials(path, is_directory=os.path.isdir):
     if trouble:
         return trials, [not_read(path, trouble)]
     try:
-        lines = list(_json_lines(path))
+        lines = list(metrics.read_lines(path))
     except OSError as error:
         return trials, [not_read(path, unreadable(error))]
-    for number, record, problem in lines:
-        if problem:
-            problems.append(f'{path} {problem}')
+    for line in lines:
+        record = line.record
+        if line.problem:
+            problems.append(f'{path} line {line.number}: {line.problem}')
             continue
         if not isinstance(record, dict) or not isinstance(record.get('id'), str):
-            problems.append(f'{path} line {number}: not a trial record with an "id"')
+            problems.append(f'{path} line {line.number}: not a trial record with an "id"')
             continue
         candidates = [join(base, 'trials', record['id']), join(base, record['id'])]
         if isinstance(record.get('logdir'), str):
@@ -268,43 +262,6 @@ def not_read(name, trouble):
     return f'{name} is {trouble}; not read'
 
 
-def _open_regular(path):
-    """A local file opened for text reading, refused (OSError) unless it is a regular file.
-
-    O_NONBLOCK: a FIFO put in place since `file_trouble` looked must not block the open.
-    """
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(f'{path} is not a regular file')
-        return open(descriptor, encoding='utf-8', errors='replace')
-    except BaseException:
-        os.close(descriptor)
-        raise
-
-
-def _json_lines(path):
-    """Yields (line number, parsed object or None, problem or None) of a JSON-lines file."""
-    if run_dir.is_remote(path):
-        lines = io.TextIOWrapper(io.BytesIO(run_dir.read_bytes(path)), encoding='utf-8',
-                                 errors='replace')
-    else:
-        lines = _open_regular(path)
-    with lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line), None
-            except json.JSONDecodeError as error:
-                yield number, None, f'line {number}: not JSON ({error.msg})'
-            except ValueError:  # Python refuses to convert integers of too many digits.
-                yield number, None, (f'line {number}: not JSON (a number of more than '
-                                     f'{sys.get_int_max_str_digits()} digits)')
-            except RecursionError:
-                yield number, None, f'line {number}: not JSON (nested too deeply)'
-
-
 def parse_bindings(text):
     """`{'Configurable.parameter': value text}` of a gin file's bindings.
 
@@ -323,7 +280,7 @@ def parse_bindings(text):
         message, (line, _) = error.args
         raise ValueError(f'line {line}: {message}') from error
     except Exception as error:  # Gin raises many types; all mean unusable gin.
-        raise ValueError(' '.join(str(error).split()) or type(error).__name__) from error
+        raise ValueError(run_dir.one_line(error)) from error
     starts = [statement.location.line_num for statement in statements] + [len(lines) + 1]
     bindings = {}
     for statement, end in zip(statements, starts[1:], strict=True):
@@ -351,53 +308,6 @@ def config_key(bindings, ignore=(SEED_BINDING,)):
     """A stable id of a configuration: its bindings but `ignore`d ones (the seed)."""
     kept = sorted((name, value) for name, value in bindings.items() if name not in ignore)
     return 'c' + hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:10]
-
-
-def read_metrics(path):
-    """(steps, returns, problems) of a local `metrics.jsonl`, skipping unusable lines.
-
-    Raises:
-      OSError: the file cannot be read, or is no regular file.
-    """
-    steps, returns, problems = [], [], []
-    for number, record, problem in _json_lines(path):
-        if problem is None:
-            problem = _metrics_problem(record)
-            problem = problem and f'line {number}: {problem}'
-        if problem:
-            problems.append(f'{METRICS_FILE} {problem}')
-            continue
-        steps.append(record['step'])
-        returns.append(float(record['mean_return']))
-    return steps, returns, problems
-
-
-def _metrics_problem(record):
-    """Why a metrics.jsonl record is no point of the curve, or None."""
-    if not isinstance(record, dict):
-        return 'no integer "step" and finite "mean_return"'
-    step, value = record.get('step'), record.get('mean_return')
-    if 'step' in record and (isinstance(step, bool) or not isinstance(step, int)):
-        return f'"step" {_quoted(step)} is not an integer'
-    if (step is None or isinstance(value, bool) or not isinstance(value, (int, float)) or
-            not _is_finite(value)):
-        return 'no integer "step" and finite "mean_return"'
-    if not 0 <= step <= MAX_STEP:
-        return f'"step" {_quoted(step)} is out of range ({_STEP_RANGE})'
-    if abs(value) > MAX_MAGNITUDE:
-        return f'"mean_return" {_quoted(value)} is out of range ({_VALUE_RANGE})'
-    return None
-
-
-def _is_finite(value):
-    """`math.isfinite`, also for integers too large for a float (which are finite)."""
-    return isinstance(value, int) or math.isfinite(value)
-
-
-def _quoted(value, limit=40):
-    """A JSON value as a message quotes it; a long one is cut."""
-    text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
@@ -430,7 +340,7 @@ def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
             problems.append(f'{name} is damaged ({damage}); read the {len(records)} events '
                             'before it')
         problems += [f'{name}: {len(steps)} {tag} value(s) not finite or out of range '
-                     f'({_VALUE_RANGE}), the first at step {steps[0]}; skipped'
+                     f'({metrics.VALUE_RANGE}), the first at step {steps[0]}; skipped'
                      for tag, steps in out_of_range.items()]
     result = {}
     for tag, values in scalars.items():
@@ -592,7 +502,7 @@ def _read_config(run, logdir, trial):
             run.problems.append(not_read(name, trouble))
             continue
         try:
-            with _open_regular(path) as f:
+            with run_dir.open_regular(path, text=True) as f:
                 text = f.read()
         except OSError as error:
             run.problems.append(not_read(name, unreadable(error)))
@@ -615,7 +525,7 @@ def _read_metrics_into(run, path):
     trouble = file_trouble(path)
     if trouble is None:
         try:
-            run.eval_steps, run.eval_returns, problems = read_metrics(path)
+            run.eval_steps, run.eval_returns, problems = metrics.curve(path)
             run.problems += problems
             return 'unusable'
         except OSError as error:

@@ -9,6 +9,7 @@ from unittest import mock
 import tensorflow as tf
 from absl.testing import absltest
 
+from agents.runs import run_dir
 from pipelines import report_fixtures, run_reader
 
 
@@ -273,7 +274,7 @@ class ReadRunTest(absltest.TestCase):
     def test_unreadable_metrics_is_a_problem(self):
         logdir = self.make('a')
         denied = PermissionError(errno.EACCES, 'Permission denied')
-        with mock.patch.object(run_reader, '_open_regular', side_effect=denied):
+        with mock.patch.object(run_dir, 'open_regular', side_effect=denied):
             run = run_reader.read_run(logdir, self.root)
         self.assertIsNone(run.error)
         self.assertEqual(run.problems, ['operative_config.gin is unreadable (Permission '

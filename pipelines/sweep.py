@@ -35,6 +35,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from agents.runs import run_config, run_dir
+from agents.scripts import log_noise
 from pipelines import sweep_spec
 from pipelines import trial as trial_lib
 
@@ -310,7 +311,8 @@ def main(argv):
     try:
         spec_path = sweep_spec.find(FLAGS.spec)
         spec = sweep_spec.load(spec_path, name=FLAGS.spec)
-        sweep_spec.check_gin(spec)
+        with log_noise.tensorflow_start():  # check_gin loads TensorFlow, quietly.
+            sweep_spec.check_gin(spec)
         with open(spec_path, encoding='utf-8') as f:
             spec_text = f.read()
         output_dir = run_dir.resolve(FLAGS.output_dir)
@@ -384,9 +386,9 @@ def split_trials(output_dir, trials, started_at=None):
 
 
 def _first_line(error):
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    text = f'{type(error).__name__}: {lines[0] if lines else ""}'
-    return text[:300]
+    """'<the error's type>: <the first line of its message>', at most 300 characters."""
+    message = run_config.first_line(error) if str(error).strip() else ''
+    return f'{type(error).__name__}: {message}'[:300]
 
 
 def report(output_dir, wall_time):

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 
-from agents.runs import run_config, run_dir
+from agents.runs import metrics, run_config, run_dir
 
 TRAINER_MODULE = 'agents.scripts.train'
 TRIALS_DIR = 'trials'
@@ -244,17 +244,7 @@ def _result(trial, settings, logdir, returncode, output, timed_out, wall_time):
 
 def read_metrics(logdir):
     """The evaluations in a logdir's metrics.jsonl (a line cut by a kill is skipped)."""
-    evaluations = []
-    try:
-        text = run_dir.read_text(run_dir.join(logdir, METRICS_FILE))
-    except FileNotFoundError:
-        return evaluations
-    for line in text.splitlines():
-        try:
-            evaluations.append(json.loads(line))
-        except ValueError:
-            continue
-    return evaluations
+    return metrics.evaluations(run_dir.join(logdir, METRICS_FILE))
 
 
 def _record(trial, status, wall_time, final_return=None, best_return=None, env_steps=None,
@@ -295,7 +285,7 @@ def _lock(logdir):
 def _remove_previous_attempt(logdir):
     """Removes our files of an attempt that never got to train: the trainer refuses a logdir
     that holds files but no config.gin of its own."""
-    if os.path.exists(os.path.join(logdir, run_config.CONFIG_FILE)):
+    if os.path.exists(os.path.join(logdir, run_dir.CONFIG_FILE)):
         return
     for name in (RESULT_FILE, LOG_FILE):
         with contextlib.suppress(FileNotFoundError):

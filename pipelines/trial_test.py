@@ -262,10 +262,10 @@ class TrialTest(absltest.TestCase):
         run_dir.write_text(os.path.join(self.logdir(), 'result.json'), '{"status": "o')
         self.assertIsNone(trial.read_result(self.output_dir, 'abcd1234-seed3'))
 
-    def test_read_metrics_skips_a_cut_line(self):
+    def test_read_metrics_skips_a_cut_line_and_other_values(self):
         logdir = self.create_tempdir().full_path
         with open(os.path.join(logdir, 'metrics.jsonl'), 'w') as f:
-            f.write('{"step": 1, "mean_return": -5.0}\n{"step": 2, "mean_ret')
+            f.write('{"step": 1, "mean_return": -5.0}\n[1]\n{"step": 2, "mean_ret')
         self.assertEqual(trial.read_metrics(logdir), [{'step': 1, 'mean_return': -5.0}])
         self.assertEqual(trial.read_metrics(os.path.join(logdir, 'missing')), [])
 

@@ -23,7 +23,14 @@ from agents.envs import native_env
 WRAPPERS = ('range_normalize', 'ClipAction')
 
 
-@gin.configurable
+# Arguments that gin refuses to bind: the code that makes a NativeBatchEnv passes them
+# (`agents.envs.make`, which the trainer calls with `train.env_id`, `train.num_envs`,
+# `train.seed` and `train.wrappers`), and an explicit argument would silently win over a binding.
+# Adding a name here breaks restoring runs whose operative_config.gin lists it.
+NOT_GIN_BINDABLE = ('env', 'num_envs', 'seed', 'wrappers', 'check_inputs')
+
+
+@gin.configurable(denylist=NOT_GIN_BINDABLE)
 class NativeBatchEnv(tf.Module):
     """`num_envs` environments of a `NativeEnv`, stepped and reset by TF ops.
 
@@ -38,6 +45,9 @@ class NativeBatchEnv(tf.Module):
       reward: [N] float32 rewards of the last step (zero after a reset).
       terminated: [N] bool, the last step ended the episode in a terminal state.
       truncated: [N] bool, the last step reached the time limit (or the env needs a reset).
+
+    Gin binds only `name`; binding one of `NOT_GIN_BINDABLE` is an error when the config is
+    parsed.
     """
 
     def __init__(self, env, num_envs, seed=0, wrappers=(), check_inputs=True, name=None):

@@ -1,12 +1,13 @@
 """Tests for native_batch_env: the InGraphBatchEnv interface over native envs."""
 
+
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
 from agents.envs import cartpole, native_batch_env, pendulum
-from agents.tools import simulate
+from agents.tools import gin_testing, simulate
 
 NativeBatchEnv = native_batch_env.NativeBatchEnv
 
@@ -177,6 +178,13 @@ class NativeBatchEnvTest(parameterized.TestCase):
         self.assertTrue(graph.truncated[199].all())
         np.testing.assert_allclose(xla.observ, graph.observ, rtol=0, atol=1e-5)
         np.testing.assert_allclose(xla.episode_return, graph.episode_return, rtol=1e-5)
+
+
+class GinBindingTest(gin_testing.BindingTestCase):
+    """A binding of NativeBatchEnv either takes effect where our code makes one, or is refused."""
+
+    def test_bindings_of_arguments_the_caller_sets_are_refused(self):
+        self.assert_bindings_refused('NativeBatchEnv', native_batch_env.NOT_GIN_BINDABLE)
 
 
 if __name__ == '__main__':

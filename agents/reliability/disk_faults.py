@@ -56,7 +56,7 @@ def run(spec):
     _mount('-t', 'tmpfs', '-o', f'size={spec.get("size", "64m")}', 'tmpfs', mount)
     logdir = os.path.join(mount, 'run')
     flags = [*spec['train_flags'], f'--logdir={logdir}']
-    checkpoints = os.path.join(logdir, 'checkpoints')
+    checkpoints = harness.checkpoint_dir(logdir)
     result = {}
     with harness.Binary('train', *flags, log_path=os.path.join(outdir, 'fault.log')) as trainer:
         # The first save is complete when its metrics line is there.

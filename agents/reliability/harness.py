@@ -18,7 +18,8 @@ import psutil
 from absl.testing import absltest
 
 from agents.reliability import faulty_envs
-from agents.runs import loop, recovery, run_config
+from agents.runs import metrics as metrics_lib
+from agents.runs import recovery, run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTY_ENV_ID = faulty_envs.ENV_ID
@@ -167,7 +168,7 @@ def env_worker_pids(binary):
 
 
 def checkpoint_dir(logdir):
-    return os.path.join(logdir, loop.CHECKPOINT_DIR)
+    return os.path.join(logdir, run_dir.CHECKPOINT_DIR)
 
 
 def checkpoint_state(logdir):
@@ -181,20 +182,22 @@ def checkpoint_state(logdir):
 
 
 def checkpoint_problem(logdir, step):
-    return recovery.checkpoint_problem(os.path.join(checkpoint_dir(logdir), f'ckpt-{step}'))
+    return recovery.checkpoint_problem(recovery.checkpoint_path(checkpoint_dir(logdir), step))
 
 
 def metrics(logdir, complete_only=True):
-    """The evaluation records of metrics.jsonl (skipping a cut last line if `complete_only`)."""
-    path = os.path.join(logdir, loop.METRICS_FILE)
-    if not os.path.exists(path):
+    """The evaluation records of metrics.jsonl (skipping a cut last line if `complete_only`);
+    a line that is not JSON fails the test."""
+    path = os.path.join(logdir, run_dir.METRICS_FILE)
+    try:
+        lines = [line for line in metrics_lib.read_lines(path)
+                 if line.complete or not complete_only]
+    except FileNotFoundError:
         return []
-    with open(path, encoding='utf-8') as f:
-        text = f.read()
-    lines = text.split('\n')
-    if complete_only:
-        lines = lines[:-1]  # After the last newline: empty, or a line cut short.
-    return [json.loads(line) for line in lines if line.strip()]
+    for line in lines:
+        if line.problem:
+            raise AssertionError(f'{path} line {line.number} is {line.problem}')
+    return [line.record for line in lines]
 
 
 def leftovers(logdir):
@@ -210,7 +213,7 @@ def leftovers(logdir):
 def lock_holder(logdir):
     """The holder record of the logdir's lock file, or None."""
     try:
-        with open(os.path.join(logdir, run_config.LOCK_FILE), encoding='utf-8') as f:
+        with open(os.path.join(logdir, run_dir.LOCK_FILE), encoding='utf-8') as f:
             return json.loads(f.read() or 'null')
     except (FileNotFoundError, ValueError):
         return None

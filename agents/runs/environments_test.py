@@ -1,10 +1,16 @@
 """Tests for the environments of a run: both backends, seeds, and mistakes as ConfigErrors."""
 
+import inspect
+from unittest import mock
+
+import gin
 import gymnasium as gym
 import numpy as np
 from absl.testing import absltest
 
+from agents.envs import native_batch_env
 from agents.runs import environments, run_config
+from agents.tools import batch_env, external_worker, in_graph_batch_env
 
 
 class EnvironmentsTest(absltest.TestCase):
@@ -75,6 +81,70 @@ class EnvironmentsTest(absltest.TestCase):
             with self.subTest(env_id=env_id), \
                     self.assertRaisesRegex(run_config.ConfigError, message):
                 environments.check_env_id(env_id)
+
+
+def _passed(cls, call):
+    """The names of the arguments a recorded call of `cls` passed explicitly."""
+    return set(inspect.signature(cls).bind(*call.args, **call.kwargs).arguments)
+
+
+class GinBindingTest(absltest.TestCase):
+    """A binding of the classes the run makes takes effect, unless the run passes that argument
+    itself; those arguments are refused when the config is parsed (the classes' tests)."""
+
+    def setUp(self):
+        super().setUp()
+        gin.clear_config()
+        self.addCleanup(gin.clear_config)
+
+    def test_batch_env_bindings_reach_the_training_environments(self):
+        gin.parse_config([
+            'BatchEnv.timeout = 7', 'BatchEnv.close_timeout = 2.5', 'BatchEnv.spin_seconds = 0.25',
+            "BatchEnv.start_method = 'spawn'"])
+        # The pool is a stand-in: what matters is what BatchEnv hands it.
+        with mock.patch.object(external_worker, 'WorkerPool') as pool, \
+                mock.patch.object(batch_env, 'BatchEnv', wraps=batch_env.BatchEnv) as made:
+            env = environments.make_vector_env(
+                environments.env_factory('Pendulum-v1'), 2, 'external', 1)
+            env.close()
+        self.assertEqual(env.unwrapped._timeout, 7)
+        passed = inspect.signature(external_worker.WorkerPool).bind(
+            *pool.call_args.args, **pool.call_args.kwargs).arguments
+        self.assertEqual(
+            {name: passed[name] for name in (
+                'start_timeout', 'close_timeout', 'spin_seconds', 'start_method')},
+            {'start_timeout': 7, 'close_timeout': 2.5, 'spin_seconds': 0.25,
+             'start_method': 'spawn'})
+        self.assertContainsSubset(_passed(batch_env.BatchEnv, made.call_args),
+                                  batch_env.NOT_GIN_BINDABLE)
+
+    def test_in_graph_batch_env_bindings_reach_both_batches(self):
+        gin.parse_config(['InGraphBatchEnv.keep_thread_states = False',
+                          "InGraphBatchEnv.name = 'bound_name'"])
+        cls = in_graph_batch_env.InGraphBatchEnv
+        with mock.patch.object(in_graph_batch_env, 'InGraphBatchEnv', wraps=cls) as made, \
+                environments.Environments('Pendulum-v1', 'gymnasium', num_envs=2, eval_episodes=1,
+                                          seed=0, mode='in_process') as envs:
+            for env in (envs.training, envs.evaluation):
+                self.assertIsInstance(env, cls)
+                self.assertFalse(env._keep_thread_states)
+                self.assertEqual(env.name, 'bound_name')
+        self.assertLen(made.call_args_list, 2)
+        for call in made.call_args_list:
+            self.assertContainsSubset(_passed(cls, call), in_graph_batch_env.NOT_GIN_BINDABLE)
+
+    def test_native_batch_env_bindings_reach_both_batches(self):
+        gin.parse_config(["NativeBatchEnv.name = 'bound_name'"])
+        cls = native_batch_env.NativeBatchEnv
+        with mock.patch.object(native_batch_env, 'NativeBatchEnv', wraps=cls) as made, \
+                environments.Environments('Pendulum-v1', 'native', num_envs=2, eval_episodes=1,
+                                          seed=0) as envs:
+            for env in (envs.training, envs.evaluation):
+                self.assertIsInstance(env, cls)
+                self.assertEqual(env.name, 'bound_name')
+        self.assertLen(made.call_args_list, 2)
+        for call in made.call_args_list:
+            self.assertContainsSubset(_passed(cls, call), native_batch_env.NOT_GIN_BINDABLE)
 
 
 if __name__ == '__main__':

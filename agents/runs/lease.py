@@ -138,7 +138,8 @@ class Lease:
                 # The lease object changed or went away: it is someone else's now (or no one's),
                 # and this trainer stops renewing (and will not delete) it.
                 self._generation = None
-                self.lost = f'it was changed by another trainer ({_first_line(error)})'
+                self.lost = ('it was changed by another trainer '
+                             f'({run_dir.first_line(error, limit=200)})')
                 raise LeaseHeld(f'lost the lease on {self.url} ({self.lost})') from None
             self._generation = blob.generation
 
@@ -162,11 +163,6 @@ class Lease:
             except (exceptions.NotFound, exceptions.PreconditionFailed):
                 pass
             self._generation = None
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 def _process_runs(pid):

@@ -162,9 +162,9 @@ def training_run(logdir,
       jit_compile: compile iterations and evaluations with XLA; None: for the native backend
         (the Gymnasium backend calls Python in the graph, which XLA cannot compile).
       optimize_graphs: run TensorFlow's graph optimizer (Grappler) on the compiled functions;
-        None: for the Gymnasium backend only. On native Pendulum it took ~0.45 s of the first
-        iteration and the iterations ran no faster; on Gymnasium Pendulum they ran 7% faster
-        with it. A setting of the whole process (`tf.config.optimizer`).
+        None: for the Gymnasium backend only, where it measured faster (on the native one it
+        only lengthened the first iteration; benchmarks/README.md, "Tracing and graph
+        optimization"). A setting of the whole process (`tf.config.optimizer`).
       num_workers: worker processes in external mode (default: the number of cores).
       env_kwargs: keyword arguments of `gymnasium.make`.
       wrappers: wrapper specs applied to each environment (see `wrappers.apply_wrappers`);
@@ -330,7 +330,7 @@ class TrainingRun:
         self.skipped_batches = 0
         self._dropped_in_a_row = 0
         # Autograph off: the code has no tensor-dependent Python control flow, and converting
-        # it took 1 to 2 s (CPU) of tracing the first iteration.
+        # it lengthened the first iteration's tracing by seconds.
         self._compiled_iteration = tf.function(
             self._iteration_graph, autograph=False, jit_compile=jit_compile)
         self._eval_rollout = tf.function(

@@ -4,7 +4,6 @@ loop with a stub algorithm."""
 import contextlib
 import functools
 import glob
-import json
 import os
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ from absl.testing import absltest, parameterized
 
 from agents.algorithms import algorithm, networks, registry  # noqa: F401 (registry: registers PPO)
 from agents.algorithms.ppo import ppo
-from agents.runs import environments, loop, policy_export, run_config
+from agents.runs import environments, loop, metrics, policy_export, run_config
 
 # Small and fast: Pendulum with its usual short-horizon PPO settings.
 PENDULUM = """
@@ -41,8 +40,7 @@ HALF_STEPS = 640  # A run of SHORT stopped half-way, at its second evaluation.
 
 
 def read_metrics(logdir):
-    with open(os.path.join(logdir, loop.METRICS_FILE)) as f:
-        return [json.loads(line) for line in f]
+    return metrics.evaluations(os.path.join(logdir, loop.METRICS_FILE))
 
 
 def _shared_dir(name):

@@ -149,7 +149,12 @@ class _ExportedPolicy(tf.Module):
         return {name: function.get_concrete_function() for name, function in functions.items()}
 
 
-@gin.configurable
+# Arguments that gin refuses to bind: the trainer and the export tool pass the run's agent and
+# spaces, and an explicit argument would silently win over a binding.
+NOT_GIN_BINDABLE = ('agent', 'observation_space', 'action_space')
+
+
+@gin.configurable(denylist=NOT_GIN_BINDABLE)
 class PolicyExporter:
     """Exports one agent's policy again and again (e.g. at every evaluation), tracing once.
 
@@ -157,6 +162,9 @@ class PolicyExporter:
     the GIL the trainer's environment steps need, went into rebuilding the same program each
     time. Later exports write that program's `saved_model.pb` again and the values as the
     variables checkpoint of the same module (a few ms), which is what a save writes.
+
+    Gin binds `seed` and `jit_compile` (e.g. `PolicyExporter.jit_compile = True` in a training
+    config); binding one of `NOT_GIN_BINDABLE` is an error when the config is parsed.
     """
 
     def __init__(self, agent, observation_space, action_space, seed=0, jit_compile=False):
@@ -319,7 +327,7 @@ class SavedPolicy:
             self._model = tf.saved_model.load(directory)
         except Exception as error:  # The loader raises OSError, OpError, ValueError...
             raise PolicyLoadError(f'{directory} holds a SavedModel that does not load: '
-                                  f'{_first_line(error)}') from error
+                                  f'{run_config.first_line(error)}') from error
         try:
             metadata = json.loads(self._model.metadata.numpy().decode('utf-8'))
         except (AttributeError, ValueError) as error:
@@ -362,15 +370,11 @@ def saved_model_problem(directory):
         with open(program, 'rb') as f:
             saved_model_pb2.SavedModel().ParseFromString(f.read())
     except (OSError, message.DecodeError) as error:
-        return f'{tf.saved_model.SAVED_MODEL_FILENAME_PB} does not parse ({_first_line(error)})'
+        return (f'{tf.saved_model.SAVED_MODEL_FILENAME_PB} does not parse '
+                f'({run_config.first_line(error)})')
     variables = os.path.join(tf.saved_model.VARIABLES_DIRECTORY,
                              tf.saved_model.VARIABLES_FILENAME)
     problem = recovery.checkpoint_problem(os.path.join(directory, variables))
     if problem:
         return f'{variables} does not read back ({problem})'
     return None
-
-
-def _first_line(error):
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__

@@ -9,6 +9,7 @@ import textwrap
 import threading
 from unittest import mock
 
+import gin
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
@@ -17,6 +18,7 @@ from absl.testing import absltest
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
 from agents.runs import policy_export
+from agents.tools import gin_testing
 
 OBSERV_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 BOX_ACTIONS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -384,6 +386,23 @@ class PolicyExportTest(absltest.TestCase):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)
         with self.assertRaisesRegex(ValueError, 'does not match the policy'):
             policy_export.PolicyExporter(agent, gym.spaces.Box(-1, 1, (4,)), BOX_ACTIONS)
+
+
+class GinBindingTest(gin_testing.BindingTestCase):
+    """A binding of PolicyExporter either takes effect where our code makes one, or is refused."""
+
+    def test_bindings_of_arguments_the_caller_sets_are_refused(self):
+        self.assert_bindings_refused('PolicyExporter', policy_export.NOT_GIN_BINDABLE)
+
+    def test_bindings_of_seed_and_jit_compile_take_effect(self):
+        gin.parse_config(['PolicyExporter.seed = 5', 'PolicyExporter.jit_compile = True'])
+        agent = make_agent(2, networks.FeedForwardGaussianPolicy)
+        # As the trainer (loop.py) and the export tool (scripts/export.py) make it.
+        exporter = policy_export.PolicyExporter(agent, OBSERV_SPACE, BOX_ACTIONS)
+        np.testing.assert_array_equal(exporter._module.random.state.numpy(),
+                                      tf.random.Generator.from_seed(5).state.numpy())
+        for name in policy_export.SIGNATURES:
+            self.assertTrue(getattr(exporter._module, name)._jit_compile, name)
 
 
 if __name__ == '__main__':

@@ -24,7 +24,6 @@ visualize, export) pick the checkpoint with it, leaving a broken one where it is
 
 import dataclasses
 import glob
-import json
 import os
 import re
 import shutil
@@ -32,9 +31,11 @@ import shutil
 import tensorflow as tf
 from absl import logging
 
-CHECKPOINT_PREFIX = 'ckpt'
-CORRUPT_DIR = 'corrupt'
-ORPHANED_METRICS_FILE = 'metrics.orphaned.jsonl'
+from agents.runs import metrics, run_dir
+
+CHECKPOINT_PREFIX = run_dir.CHECKPOINT_PREFIX
+CORRUPT_DIR = run_dir.CORRUPT_DIR
+ORPHANED_METRICS_FILE = run_dir.ORPHANED_METRICS_FILE
 _INDEX = re.compile(rf'{CHECKPOINT_PREFIX}-(\d+)\.index')
 
 
@@ -56,6 +57,11 @@ class RecoveredCheckpoints:
 def checkpoint_step(path):
     """The step number of a checkpoint path `.../ckpt-<step>`."""
     return int(path.rsplit('-', 1)[-1])
+
+
+def checkpoint_path(checkpoint_dir, step):
+    """The path (prefix) of the checkpoint of `step` in `checkpoint_dir`: `.../ckpt-<step>`."""
+    return os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-{step}')
 
 
 def clean_partial_writes(logdir, checkpoint_dir, policy_dir):
@@ -104,8 +110,7 @@ def checkpoint_problem(path):
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as error:  # The reader raises OpError, IndexError, ValueError...
-        message = getattr(error, 'message', None) or str(error)
-        return ' '.join(message.strip().split())[:500] or type(error).__name__
+        return run_dir.one_line(error, limit=500)
     return None
 
 
@@ -130,7 +135,7 @@ def _candidates(checkpoint_dir):
         for index, path in enumerate(state.all_model_checkpoint_paths):
             path = os.path.join(checkpoint_dir, os.path.basename(path))
             listed[path] = timestamps[index] if index < len(timestamps) else None
-    found = {os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-{match.group(1)}')
+    found = {checkpoint_path(checkpoint_dir, match.group(1))
              for match in map(_INDEX.fullmatch, os.listdir(checkpoint_dir)) if match}
     return sorted(set(listed) | found, key=checkpoint_step), listed, state
 
@@ -216,36 +221,31 @@ def repair_metrics(path, restored_step):
     are reported and left in place (readers skip them).
     """
     try:
-        with open(path, 'rb') as f:
-            data = f.read()
+        lines = list(metrics.read_lines(path, blank=True))
     except FileNotFoundError:
         return []
-    lines = data.split(b'\n')
-    tail = lines.pop()  # After the last newline: empty unless the last append was cut.
     changed = False
-    if tail.strip():
-        try:
-            json.loads(tail)
-            lines.append(tail)  # Complete but for its newline.
-        except ValueError:
-            logging.warning('%s ends in a partial line (a write cut short), dropped: %r', path,
-                            tail[:200])
-        changed = True
     kept, orphaned, records = [], [], []
-    for number, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line)
-            step = record['step']
-        except (ValueError, TypeError, KeyError):
-            if line.strip():
+    for line in lines:
+        # After the last newline: an append cut short, or one complete but for its newline.
+        if not line.complete:
+            if line.blank:
+                continue
+            changed = True
+            if line.problem:
+                logging.warning('%s ends in a partial line (a write cut short), dropped: %r',
+                                path, line.data[:200])
+                continue
+        record = line.record
+        if not isinstance(record, dict) or 'step' not in record:
+            if not line.blank:
                 logging.warning('%s line %d is not an evaluation record; left as is: %r', path,
-                                number, line[:200])
-            kept.append(line)
-            continue
-        if isinstance(step, int) and step > restored_step:
-            orphaned.append(line)
+                                line.number, line.data[:200])
+            kept.append(line.data)
+        elif isinstance(record['step'], int) and record['step'] > restored_step:
+            orphaned.append(line.data)
         else:
-            kept.append(line)
+            kept.append(line.data)
             records.append(record)
     if orphaned:
         orphaned_path = os.path.join(os.path.dirname(path), ORPHANED_METRICS_FILE)

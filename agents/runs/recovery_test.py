@@ -198,6 +198,14 @@ class CleanPartialWritesTest(absltest.TestCase):
             self.assertEqual(f.read(), 'the only export of step 7')
 
 
+class CheckpointPathTest(absltest.TestCase):
+
+    def test_path_and_step(self):
+        path = recovery.checkpoint_path('/run/checkpoints', 512)
+        self.assertEqual(path, '/run/checkpoints/ckpt-512')
+        self.assertEqual(recovery.checkpoint_step(path), 512)
+
+
 class RepairMetricsTest(absltest.TestCase):
 
     def write(self, text):
@@ -229,6 +237,12 @@ class RepairMetricsTest(absltest.TestCase):
         self.write(text)
         self.assertEqual(recovery.repair_metrics(self.path, 5), [{'step': 1}, {'step': 2}])
         self.assertEqual(self.read(), text)
+
+    def test_line_json_cannot_take_is_left_in_place(self):
+        text = '{"step": 1}\n' + '[' * 100000 + '\n{"step": 2}\n'
+        self.write(text)
+        self.assertEqual(recovery.repair_metrics(self.path, 1), [{'step': 1}])
+        self.assertEqual(self.read(), '{"step": 1}\n' + '[' * 100000 + '\n')
 
     def test_missing_file(self):
         self.assertEqual(recovery.repair_metrics(

@@ -22,7 +22,9 @@ from agents.runs import run_dir
 
 # Upload order, first to last: what a later file refers to goes up before it.
 _LAST = (run_dir.METRICS_FILE,)
-_REFERRING = ('checkpoints/checkpoint', 'saved_model.pb', 'fingerprint.pb')
+# The checkpoint state file names checkpoints; a SavedModel's program and fingerprint name its
+# variables.
+_REFERRING = (f'{run_dir.CHECKPOINT_DIR}/checkpoint', 'saved_model.pb', 'fingerprint.pb')
 
 
 def _upload_rank(relative):

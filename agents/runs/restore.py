@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from agents.runs import environments, loop, recovery, run_config
+from agents.runs import environments, loop, recovery, run_config, run_dir
 
 ConfigError = run_config.ConfigError
 # Runs written before `train.algorithm` was a binding trained PPO (a binding, so this module
@@ -91,12 +91,12 @@ def read_config(logdir):
     """The run's operative configuration (or its full one, if it never got to write the other)."""
     if not os.path.isdir(logdir):
         raise ConfigError(f'logdir {logdir} does not exist or is not a directory')
-    for name in (run_config.OPERATIVE_CONFIG_FILE, run_config.CONFIG_FILE):
+    for name in (run_dir.OPERATIVE_CONFIG_FILE, run_dir.CONFIG_FILE):
         path = os.path.join(logdir, name)
         if os.path.isfile(path):
             return _read_text(path)
-    raise ConfigError(f'logdir {logdir} holds no {run_config.OPERATIVE_CONFIG_FILE} or '
-                      f'{run_config.CONFIG_FILE}: not a training run')
+    raise ConfigError(f'logdir {logdir} holds no {run_dir.OPERATIVE_CONFIG_FILE} or '
+                      f'{run_dir.CONFIG_FILE}: not a training run')
 
 
 def find_checkpoint(logdir, checkpoint=None):
@@ -107,7 +107,7 @@ def find_checkpoint(logdir, checkpoint=None):
     Without it, the newest checkpoint of the run that reads back; a named checkpoint that does
     not read back is an error (the user asked for that one).
     """
-    directory = os.path.join(logdir, loop.CHECKPOINT_DIR)
+    directory = os.path.join(logdir, run_dir.CHECKPOINT_DIR)
     if checkpoint is None:
         path, skipped = recovery.newest_readable_checkpoint(directory)
         if path is None and skipped:
@@ -118,7 +118,7 @@ def find_checkpoint(logdir, checkpoint=None):
         return path, skipped
     checkpoint = str(checkpoint)
     by_step = re.fullmatch(r'\d+', checkpoint) is not None
-    path = (os.path.join(directory, f'ckpt-{checkpoint}') if by_step
+    path = (recovery.checkpoint_path(directory, checkpoint) if by_step
             else run_config.resolve_path(checkpoint))
     if not os.path.isfile(f'{path}.index'):
         raise ConfigError(f'checkpoint {checkpoint} not found (no {path}.index)')
@@ -134,7 +134,7 @@ def checkpoint_run(path):
     """The run directory holding checkpoint `path` (the parent of its `checkpoints/`), or None
     for a checkpoint elsewhere."""
     directory = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(directory) != loop.CHECKPOINT_DIR:
+    if os.path.basename(directory) != run_dir.CHECKPOINT_DIR:
         return None
     return os.path.dirname(directory)
 
@@ -150,7 +150,7 @@ def check_same_configuration(logdir, path):
     run = checkpoint_run(path)
     if run is None or os.path.realpath(run) == os.path.realpath(logdir):
         return
-    for name in (run_config.CONFIG_FILE, run_config.OPERATIVE_CONFIG_FILE):
+    for name in (run_dir.CONFIG_FILE, run_dir.OPERATIVE_CONFIG_FILE):
         ours, theirs = os.path.join(logdir, name), os.path.join(run, name)
         if os.path.isfile(ours) and os.path.isfile(theirs):
             diff = run_config.config_difference(
@@ -173,11 +173,7 @@ def environment_from_config(config):
 
     The parsed configuration stays in place, so the agent built next gets its networks.
     """
-    gin.clear_config()
-    try:
-        gin.parse_config(config, skip_unknown=True)
-    except Exception as error:  # Gin raises many types; all mean an unusable configuration.
-        raise ConfigError(f'cannot parse the run\'s gin configuration: {error}') from error
+    _parse_run_config(config)
     values = {}
     for name, default in (('env_id', None), ('env_kwargs', None),
                           ('wrappers', environments.DEFAULT_WRAPPERS)):
@@ -189,6 +185,27 @@ def environment_from_config(config):
         raise ConfigError('the run\'s configuration does not name its environment '
                           '(no train.env_id binding)')
     return Environment(**values)
+
+
+def _parse_run_config(config):
+    """Parses a run's stored configuration into gin, skipping what this version's code no longer
+    takes: unknown configurables, and bindings of arguments that became unbindable (an
+    operative configuration lists every default of the code that ran, e.g. `BatchEnv.copy`)."""
+    while True:
+        gin.clear_config()
+        try:
+            gin.parse_config(config, skip_unknown=True)
+            return
+        except Exception as error:  # Gin raises many types; all mean an unusable configuration.
+            refused = re.search(r"Configurable '([\w.]+)' has denylisted kwarg '(\w+)'",
+                                str(error))
+            lines = config.splitlines(keepends=True)
+            kept = [line for line in lines if refused is None or not re.match(
+                rf'{re.escape(refused[1])}\.{refused[2]}\s*=', line)]
+            if len(kept) == len(lines):
+                raise ConfigError(
+                    f'cannot parse the run\'s gin configuration: {error}') from error
+            config = ''.join(kept)
 
 
 def _resolve_references(value):

@@ -109,12 +109,14 @@ class RestoreTest(absltest.TestCase):
         self.assertEqual(state, ())
         np.testing.assert_allclose(actions, saved(observ, (), None)[0], atol=1e-6)
 
-    def test_runs_older_than_the_algorithm_binding_restore_as_ppo(self):
+    def test_runs_of_older_code_restore(self):
         older = os.path.join(self.create_tempdir().full_path, 'run')
         shutil.copytree(self.logdir, older)
         path = os.path.join(older, run_config.OPERATIVE_CONFIG_FILE)
         with open(path) as f:
             lines = [line for line in f if not line.startswith('train.algorithm')]
+        # Older code took these from gin; the run's code passes them itself now.
+        lines += ['BatchEnv.copy = True\n', "BatchEnv.mode = 'in_process'\n"]
         with open(path, 'w') as f:
             f.writelines(lines)
         run = restore.restore_agent(older)

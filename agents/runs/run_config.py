@@ -10,6 +10,7 @@ import difflib
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -42,6 +43,8 @@ class ConfigError(Exception):
 caller_directory = run_dir.caller_directory
 # A user-given path: URLs unchanged, relative local paths taken from the caller's directory.
 resolve_path = run_dir.resolve
+# The first line of an error's message, or its type.
+first_line = run_dir.first_line
 
 
 def find_gin_file(path):
@@ -71,7 +74,14 @@ def load(gin_files, gin_bindings, seed=None, seed_binding='train.seed'):
         if seed is not None:
             gin.bind_parameter(seed_binding, seed)
     except Exception as error:  # Gin raises many types; all of them are user errors here.
-        raise ConfigError(f'invalid gin configuration: {_one_line(error)}') from error
+        text = run_dir.one_line(error)
+        refused = re.match(r"Configurable '([\w.]+)' has denylisted kwarg '(\w+)'\. ?(.*)", text)
+        if refused:
+            name, argument, where = refused.groups()
+            text = (f'{name}.{argument} cannot be bound: the code that makes {name} passes '
+                    f'{argument} itself, so a binding would do nothing (a train.* parameter '
+                    f'sets it for a run). {where}')
+        raise ConfigError(f'invalid gin configuration: {text}') from error
     return gin.config_str()
 
 
@@ -95,18 +105,16 @@ def check_logdir(logdir, config):
             raise ConfigError(
                 f'logdir {logdir} holds a run of a different configuration; use another '
                 f'--logdir or the same flags. Difference:\n{diff}')
-        if not os.access(logdir, os.W_OK):
+        if run_dir.unwritable_ancestor(logdir):
             raise ConfigError(f'cannot write to logdir {logdir}: it is not writable (a '
                               'read-only file system or missing permissions)')
         return True
     if os.path.isdir(logdir) and set(os.listdir(logdir)) - {LOCK_FILE}:
         raise ConfigError(f'logdir {logdir} is not empty and holds no {CONFIG_FILE}: not a '
                           'BatchPPO run; choose another --logdir')
-    parent = os.path.abspath(logdir)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f'cannot write to logdir {logdir}: {parent} is not a writable '
+    unwritable = run_dir.unwritable_ancestor(logdir)
+    if unwritable:
+        raise ConfigError(f'cannot write to logdir {logdir}: {unwritable} is not a writable '
                           'directory')
     return False
 
@@ -230,16 +238,3 @@ def replace_directory(source, destination):
 def write_atomic(path, text):
     """Writes `text` so that readers see the old file or the new one, never a part."""
     run_dir.write_text(path, text)
-
-
-def first_line(error):
-    """The first line of an error's message (of a TensorFlow error's `message`, without the
-    traceback it appends; without the context lines gin appends), or the error's type."""
-    message = getattr(error, 'message', None) or str(error)
-    lines = message.strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
-def _one_line(error):
-    text = str(error).strip() or type(error).__name__
-    return ' '.join(text.split()) if len(text) < 2000 else text

@@ -16,6 +16,11 @@ def configurable_for_test(value=1):
     return value
 
 
+@gin.configurable(denylist=['made_by_caller'])
+def configurable_with_caller_argument(made_by_caller=None, value=1):
+    return made_by_caller, value
+
+
 class LoadTest(absltest.TestCase):
 
     def setUp(self):
@@ -24,8 +29,9 @@ class LoadTest(absltest.TestCase):
         self.addCleanup(gin.clear_config)
 
     def test_parses_files_bindings_and_seed(self):
-        base = self.dir.create_file('base.gin', 'configurable_for_test.value = 2\n')
-        task = self.dir.create_file('task.gin', "include 'base.gin'\n")
+        # Not base.gin: gin's search path, which every load extends, holds the bundled one.
+        base = self.dir.create_file('shared_for_test.gin', 'configurable_for_test.value = 2\n')
+        task = self.dir.create_file('task.gin', "include 'shared_for_test.gin'\n")
         del base
         config = run_config.load([task.full_path], ['configurable_for_test.value = 3'], seed=7,
                                  seed_binding='configurable_for_test.value')
@@ -61,6 +67,15 @@ class LoadTest(absltest.TestCase):
         task = self.dir.create_file('task.gin', '')
         with self.assertRaisesRegex(run_config.ConfigError, 'no_such_parameter'):
             run_config.load([task.full_path], ['configurable_for_test.no_such_parameter = 1'])
+
+    def test_binding_an_argument_the_caller_passes_is_refused_by_name(self):
+        task = self.dir.create_file('task.gin', 'configurable_with_caller_argument.value = 2\n')
+        with self.assertRaisesRegex(
+                run_config.ConfigError, 'configurable_with_caller_argument.made_by_caller cannot '
+                'be bound: the code that makes configurable_with_caller_argument passes '
+                'made_by_caller itself, so a binding would do nothing'):
+            run_config.load([task.full_path],
+                            ['configurable_with_caller_argument.made_by_caller = 3'])
 
     def test_syntax_error(self):
         task = self.dir.create_file('task.gin', 'configurable_for_test.value = (\n')

@@ -11,20 +11,30 @@ A run directory holds:
     operative_config.gin   every parameter the run used
     metrics.jsonl          a line per evaluation: step, mean_return, ...
     events.out.tfevents.*  TensorBoard summaries
-    checkpoints/           the latest checkpoints
+    metrics.orphaned.jsonl evaluations past the checkpoint a resumed run restored (recovery.py)
+    checkpoints/           the latest checkpoints: ckpt-<step>.*, and corrupt/ for broken ones
     policy/<step>/         the exported policy (SavedModel) of each kept checkpoint
     train.log, result.json a sweep trial's trainer output and its result (written last)
+
+Beside the names, what every reader and writer of these files shares: `open_regular` (a FIFO in
+place of a file blocks no reader), `unwritable_ancestor` (can a local path be created), and
+`first_line` / `one_line` (an error's message in a sentence). agents/runs/metrics.py reads
+`metrics.jsonl`.
 """
 
 import contextlib
 import os
 import re
 import shutil
+import stat
 
 CONFIG_FILE = 'config.gin'
 OPERATIVE_CONFIG_FILE = 'operative_config.gin'
 METRICS_FILE = 'metrics.jsonl'
+ORPHANED_METRICS_FILE = 'metrics.orphaned.jsonl'
 CHECKPOINT_DIR = 'checkpoints'
+CHECKPOINT_PREFIX = 'ckpt'  # tf.train.CheckpointManager's: checkpoints/ckpt-<step>.index, ...
+CORRUPT_DIR = 'corrupt'  # In CHECKPOINT_DIR: checkpoints that did not read back.
 POLICY_DIR = 'policy'
 LOG_FILE = 'train.log'
 RESULT_FILE = 'result.json'
@@ -128,6 +138,36 @@ def read_bytes(path):
 
 def read_text(path):
     return read_bytes(path).decode('utf-8')
+
+
+def open_regular(path, text=False):
+    """Local file `path` opened for reading (binary, or with `text` UTF-8 text whose
+    undecodable bytes become U+FFFD); OSError unless it is a regular file.
+
+    O_NONBLOCK: opening a FIFO must not block until some writer comes.
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(f'{path} is not a regular file')
+        if text:
+            return open(descriptor, encoding='utf-8', errors='replace')
+        return open(descriptor, 'rb')
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def unwritable_ancestor(path):
+    """None if local `path` can be written or created: its nearest existing ancestor (`path`
+    itself if it exists) is a directory this process may write to and enter. Otherwise that
+    ancestor, to name in a message ('cannot write to X: <it> is not a writable directory')."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK):
+        return None
+    return existing
 
 
 def write_bytes(path, data, mime_type='application/octet-stream'):
@@ -307,16 +347,17 @@ def describe_error(path, error):
     names = {type(e).__name__ for e in chain}
     joined = ' '.join(str(e) for e in chain)
     bucket = path.split('/')[2] if path.count('/') >= 2 else path
+    summary = first_line(text, limit=300)
     if ('DefaultCredentialsError' in names or 401 in codes or 'Unauthorized' in names or
             'anonymous credentials' in joined.lower()):
-        return (f'no credentials to access {path} ({_first_line(text)}); run `gcloud auth '
+        return (f'no credentials to access {path} ({summary}); run `gcloud auth '
                 'application-default login` or set GOOGLE_APPLICATION_CREDENTIALS')
     if 403 in codes or 'Forbidden' in names:
         return (f'permission denied on {path}: the credentials in use may not read and write '
-                f'bucket {bucket} ({_first_line(text)})')
+                f'bucket {bucket} ({summary})')
     if 404 in codes or 'NotFound' in names or 'bucket does not exist' in joined.lower():
-        return f'bucket {bucket} of {path} does not exist ({_first_line(text)})'
-    return f'cannot access {path}: {_first_line(text)}'
+        return f'bucket {bucket} of {path} does not exist ({summary})'
+    return f'cannot access {path}: {summary}'
 
 
 def check_writable(directory):
@@ -337,8 +378,22 @@ def check_writable(directory):
         raise StorageError(describe_error(directory, error)) from error
 
 
-def _first_line(text):
-    return text.strip().splitlines()[0][:300] if text.strip() else text
+def first_line(error, limit=None):
+    """The first line of an error's message (of a TensorFlow error's `message`, without the
+    traceback it appends; without the context lines gin appends), or the error's type; cut to
+    `limit` characters. Also takes a message as text."""
+    message = getattr(error, 'message', None) or str(error)
+    lines = message.strip().splitlines()
+    line = lines[0] if lines else type(error).__name__
+    return line[:limit]
+
+
+def one_line(error, limit=None):
+    """An error's whole message (a TensorFlow error's `message`) on one line, each run of
+    whitespace a single space, or the error's type; cut to `limit` characters. For messages
+    whose later lines matter (gin's tell where the mistake is)."""
+    message = getattr(error, 'message', None) or str(error)
+    return ' '.join(message.split())[:limit] or type(error).__name__
 
 
 def _beam_cause(error):

@@ -124,6 +124,31 @@ class LocalFilesTest(absltest.TestCase):
         run_dir.check_writable(self.dir)
         self.assertEqual(os.listdir(self.dir), [])
 
+    def test_open_regular(self):
+        path = os.path.join(self.dir, 'config.gin')
+        run_dir.write_bytes(path, b'x = 1\n\xff')
+        with run_dir.open_regular(path) as f:
+            self.assertEqual(f.read(), b'x = 1\n\xff')
+        with run_dir.open_regular(path, text=True) as f:
+            self.assertEqual(f.read(), 'x = 1\n\ufffd')
+        fifo = os.path.join(self.dir, 'fifo')
+        os.mkfifo(fifo)  # Opened without blocking, then refused.
+        for special in (fifo, self.dir):
+            with self.assertRaisesRegex(OSError, f'{special} is not a regular file'):
+                run_dir.open_regular(special)
+
+    def test_unwritable_ancestor(self):
+        self.assertIsNone(run_dir.unwritable_ancestor(self.dir))
+        self.assertIsNone(run_dir.unwritable_ancestor(os.path.join(self.dir, 'new', 'run')))
+        # A path below a regular file cannot be created, whoever runs the test (even root).
+        blocker = os.path.join(self.dir, 'file')
+        run_dir.write_text(blocker, '')
+        self.assertEqual(run_dir.unwritable_ancestor(os.path.join(blocker, 'a', 'b')), blocker)
+        self.assertEqual(run_dir.unwritable_ancestor(blocker), blocker)
+        with mock.patch('os.access', return_value=False):
+            self.assertEqual(run_dir.unwritable_ancestor(os.path.join(self.dir, 'new')),
+                             self.dir)
+
 
 class GcsFilesTest(absltest.TestCase):
 
@@ -272,6 +297,24 @@ class GcsFilesTest(absltest.TestCase):
         run_dir.write_text('gs://runs/run/x', 'x')
         run_dir.delete(['gs://runs/run/x'])
         self.assertEqual(self.emulator.objects('runs'), {})
+
+
+class MessageTest(absltest.TestCase):
+
+    def test_first_line(self):
+        self.assertEqual(run_dir.first_line(ValueError('\n first\nsecond')), 'first')
+        self.assertEqual(run_dir.first_line(ValueError('abcdef'), limit=3), 'abc')
+        self.assertEqual(run_dir.first_line(ValueError()), 'ValueError')
+        error = ValueError('with the traceback')
+        error.message = 'the message\ntraceback'  # As TensorFlow's errors have it.
+        self.assertEqual(run_dir.first_line(error), 'the message')
+        self.assertEqual(run_dir.first_line('a text\nmore'), 'a text')
+
+    def test_one_line(self):
+        self.assertEqual(run_dir.one_line(ValueError("No configurable 'x'.\n  In file a.gin\n")),
+                         "No configurable 'x'. In file a.gin")
+        self.assertEqual(run_dir.one_line(ValueError('a  b\tc'), limit=3), 'a b')
+        self.assertEqual(run_dir.one_line(KeyError()), 'KeyError')
 
 
 class StorageErrorTest(absltest.TestCase):

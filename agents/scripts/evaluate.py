@@ -16,10 +16,12 @@ import sys
 
 from absl import app, flags, logging
 
-from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
-from agents.scripts import log_noise
-from agents.tools import evaluation
+from agents.scripts import log_noise  # imports no TensorFlow
+
+with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+    from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+    from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
+    from agents.tools import evaluation
 
 flags.DEFINE_string('policy', None, 'Directory of an exported policy (a SavedModel).')
 flags.DEFINE_string('logdir', None, 'Log directory of a training run, instead of --policy.')

@@ -13,9 +13,11 @@ import sys
 
 from absl import app, flags, logging
 
-from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
-from agents.scripts import log_noise
+from agents.scripts import log_noise  # imports no TensorFlow
+
+with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+    from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+    from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
 flags.DEFINE_string('checkpoint', None, 'Checkpoint to export: a step number of the run or a '
@@ -41,11 +43,10 @@ def check_outdir(outdir):
             not os.path.isfile(os.path.join(outdir, 'saved_model.pb'))):
         raise run_config.ConfigError(f'outdir {outdir} holds other files than an exported '
                                      'policy; choose another --outdir')
-    parent = os.path.dirname(outdir)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise run_config.ConfigError(f'cannot write to outdir {outdir}: {parent} is not a '
+    # The export is written beside outdir and renamed into place.
+    unwritable = run_dir.unwritable_ancestor(os.path.dirname(outdir))
+    if unwritable:
+        raise run_config.ConfigError(f'cannot write to outdir {outdir}: {unwritable} is not a '
                                      'writable directory')
 
 

@@ -26,10 +26,12 @@ gc.disable()
 
 from absl import app, flags, logging  # noqa: E402
 
-from agents.algorithms import registry  # noqa: E402, F401 (registers the algorithms)
-from agents.runs import loop, remote_logdir, run_config, run_dir  # noqa: E402
-from agents.scripts import log_noise  # noqa: E402
-from agents.tools import stop_signals  # noqa: E402
+from agents.scripts import log_noise  # noqa: E402 (imports no TensorFlow)
+
+with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+    from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+    from agents.runs import loop, remote_logdir, run_config, run_dir
+    from agents.tools import stop_signals
 
 gc.freeze()
 if _collecting:

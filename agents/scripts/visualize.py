@@ -17,10 +17,12 @@ import time
 
 from absl import app, flags, logging
 
-from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-from agents.runs import remote_logdir, restore, run_config, run_dir
-from agents.scripts import log_noise
-from agents.tools import evaluation, process_env, rendering, video
+from agents.scripts import log_noise  # imports no TensorFlow
+
+with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+    from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+    from agents.runs import remote_logdir, restore, run_config, run_dir
+    from agents.tools import evaluation, process_env, rendering, video
 
 EPISODES_FILE = 'episodes.jsonl'
 
@@ -44,11 +46,9 @@ def check_outdir(outdir):
         return
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise run_config.ConfigError(f'outdir {outdir} exists and is not a directory')
-    parent = outdir
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise run_config.ConfigError(f'cannot write to outdir {outdir}: {parent} is not a '
+    unwritable = run_dir.unwritable_ancestor(outdir)
+    if unwritable:
+        raise run_config.ConfigError(f'cannot write to outdir {outdir}: {unwritable} is not a '
                                      'writable directory')
 
 

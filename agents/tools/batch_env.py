@@ -150,7 +150,14 @@ class _ActionChecker:
             f'The action for env {first}, {value!r}, {problem}{others}; nothing was stepped')
 
 
-@gin.configurable
+# Arguments of BatchEnv that gin refuses to bind: the code that makes a BatchEnv passes them
+# (the trainer from train.env_mode and train.num_workers, `make_batch_env` from its own
+# arguments), and an explicit argument would silently win over a binding. Adding a name here
+# breaks restoring runs whose operative_config.gin lists it (gin refuses those lines too).
+NOT_GIN_BINDABLE = ('env_fns', 'mode', 'num_workers', 'autoreset_mode', 'copy', 'collect_infos')
+
+
+@gin.configurable(denylist=NOT_GIN_BINDABLE)
 class BatchEnv(gym.vector.VectorEnv):
     """A batch of Gymnasium environments that step together, in-process or in worker processes.
 
@@ -158,6 +165,11 @@ class BatchEnv(gym.vector.VectorEnv):
     `gymnasium.vector.SyncVectorEnv` for the same env factories, seeds and actions (actions are
     cast to the action space's dtype first). Spaces must be Box, Discrete, MultiDiscrete or
     MultiBinary. A full `reset()` is needed before stepping, and again after an env raised.
+
+    Gin binds `timeout`, `close_timeout`, `spin_seconds` and `start_method`; binding one of
+    `NOT_GIN_BINDABLE` is an error when the config is parsed (`train.env_mode` and
+    `train.num_workers` set the trainer's mode and workers, `make_batch_env.mode` etc. those of
+    `make_batch_env`). `process_env.ProcessEnv` passes its own `start_method`.
     """
 
     def __init__(self, env_fns, mode='external', num_workers=None,

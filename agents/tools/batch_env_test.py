@@ -2,6 +2,7 @@
 
 import functools
 import gc
+import inspect
 import multiprocessing
 import os
 import signal
@@ -11,6 +12,7 @@ import textwrap
 import threading
 import time
 import traceback
+from unittest import mock
 
 import gin
 import gymnasium as gym
@@ -18,7 +20,7 @@ import numpy as np
 import psutil
 from absl.testing import absltest, parameterized
 
-from agents.tools import batch_env
+from agents.tools import batch_env, gin_testing
 
 AutoresetMode = gym.vector.AutoresetMode
 MODES = ('in_process', 'external', 'hybrid')
@@ -860,6 +862,30 @@ class MakeBatchEnvTest(BatchEnvTestCase):
     def test_bad_num_envs(self):
         with self.assertRaisesRegex(ValueError, 'num_envs'):
             batch_env.make_batch_env('CartPole-v1', 0)
+
+
+def _passed_arguments(cls, call):
+    """The names of the arguments a recorded call of `cls` passed explicitly."""
+    return set(inspect.signature(cls).bind(*call.args, **call.kwargs).arguments)
+
+
+class GinBindingTest(gin_testing.BindingTestCase):
+    """A binding of BatchEnv either takes effect where our code makes one, or is refused."""
+
+    def test_bindings_of_arguments_the_caller_sets_are_refused(self):
+        self.assert_bindings_refused('BatchEnv', batch_env.NOT_GIN_BINDABLE)
+
+    def test_make_batch_env_passes_only_arguments_that_cannot_be_bound(self):
+        with mock.patch.object(batch_env, 'BatchEnv', wraps=batch_env.BatchEnv) as made:
+            batch_env.make_batch_env('Pendulum-v1', 2, mode='in_process').close()
+        passed = _passed_arguments(batch_env.BatchEnv, made.call_args)
+        self.assertContainsSubset(passed, batch_env.NOT_GIN_BINDABLE)
+
+    def test_make_batch_env_bindings_still_choose_the_mode(self):
+        gin.parse_config(["make_batch_env.mode = 'in_process'", 'BatchEnv.timeout = 9'])
+        env = batch_env.make_batch_env('Pendulum-v1', 2)
+        self.addCleanup(env.close)
+        self.assertEqual((env.mode, env._timeout), ('in_process', 9))
 
 
 if __name__ == '__main__':

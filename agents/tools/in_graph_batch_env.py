@@ -46,7 +46,14 @@ def _keep_python_thread_state():
     _thread_state.kept = True
 
 
-@gin.configurable
+# Arguments that gin refuses to bind: the code that makes an InGraphBatchEnv passes them (the
+# trainer its batch of `train.num_envs` environments and seeds from `train.seed`), and an
+# explicit argument would silently win over a binding. Adding a name here breaks restoring runs
+# whose operative_config.gin lists it (gin refuses those lines too).
+NOT_GIN_BINDABLE = ('vector_env', 'seed')
+
+
+@gin.configurable(denylist=NOT_GIN_BINDABLE)
 class InGraphBatchEnv(tf.Module):
     """Drives a `gymnasium.vector.VectorEnv` in AutoresetMode.DISABLED from TF ops.
 
@@ -61,6 +68,9 @@ class InGraphBatchEnv(tf.Module):
       reward: [N] float32 rewards of the last step (zero after a reset).
       terminated: [N] bool, the last step ended the episode in a terminal state.
       truncated: [N] bool, the last step ended the episode for another reason (time limit).
+
+    Gin binds `keep_thread_states` and `name`; binding `vector_env` or `seed` is an error when
+    the config is parsed (`train.seed` seeds the trainer's environments).
     """
 
     def __init__(self, vector_env, seed=None, keep_thread_states=True, name=None):

@@ -1,11 +1,12 @@
 """Tests for in_graph_batch_env."""
 
+
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.tools import in_graph_batch_env, mock_vector_env
+from agents.tools import gin_testing, in_graph_batch_env, mock_vector_env
 
 _DISABLED = gym.vector.AutoresetMode.DISABLED
 
@@ -269,6 +270,13 @@ class InGraphBatchEnvTest(parameterized.TestCase):
         vector_env, env = _make()
         env.close()
         self.assertTrue(vector_env.closed)
+
+
+class GinBindingTest(gin_testing.BindingTestCase):
+    """A binding of InGraphBatchEnv either takes effect where our code makes one, or is refused."""
+
+    def test_bindings_of_arguments_the_caller_sets_are_refused(self):
+        self.assert_bindings_refused('InGraphBatchEnv', in_graph_batch_env.NOT_GIN_BINDABLE)
 
 
 if __name__ == '__main__':

@@ -5,7 +5,7 @@ TensorFlow does too, and a process that loads both crashes (a segmentation fault
 render context is created after TensorFlow is imported, or in TensorFlow after a context was
 created). So a tool that acts with a TensorFlow policy and renders steps the environment here:
 in a worker of `BatchEnv`'s external mode, which imports neither TensorFlow nor the caller's
-main module. Frames come back through a pipe (about 1 ms for a 480x480 frame).
+main module. Frames come back through a pipe (its time per frame: benchmarks/README.md).
 """
 
 import gymnasium as gym

@@ -22,9 +22,10 @@ def configure_fast_rendering(env, shadow_size=1024, offscreen_samples=0, shadows
                              reflections=False):
     """Lowers MuJoCo's render quality where it costs most; other environments are unchanged.
 
-    Must run before the environment's first `render()`, which fixes the buffer sizes. With the
-    defaults HalfCheetah renders 480x480 frames about 3x faster than with shadows and
-    reflections on (see benchmarks/render_fps.py); only physics-free visual fields change.
+    Must run before the environment's first `render()`, which fixes the buffer sizes. The
+    defaults render MuJoCo scenes several times faster than with shadows and reflections on
+    (benchmarks/render_fps.py; figures in benchmarks/README.md); only physics-free visual fields
+    change.
 
     Args:
       env: a Gymnasium environment, wrapped or not.

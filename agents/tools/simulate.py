@@ -13,15 +13,11 @@ replace it.
 
 import collections
 import operator
-import time
 from typing import Any, NamedTuple
 
-import gin
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
-
-from agents.tools import in_graph_batch_env
 
 
 class Transition(NamedTuple):
@@ -85,9 +81,11 @@ class Algorithm:
         del agent_indices
 
 
-@gin.configurable
 class Simulator(tf.Module):
     """Runs an `Algorithm` in a batch of in-graph environments, in compiled steps.
+
+    Not gin-configurable: the run passes the environments and the algorithm, and nothing else
+    here is a setting, so a `Simulator.*` binding is refused as unknown.
 
     Attributes:
       score: [N] float32 return of each environment's current (or just ended) episode.
@@ -132,7 +130,7 @@ class Simulator(tf.Module):
             return _stack_over_time(self._simulate_step, num_steps, reset)
         # Otherwise the loop keeps to the environment step and the rest is derived afterwards,
         # vectorised over the rollout: next to the environments' Python, each op in the loop
-        # costs about twice what it costs alone (benchmarks/README.md).
+        # costs more than it costs alone (measured; benchmarks/README.md).
         first = self._episode_starts(reset)
         steps = _stack_over_time(
             lambda reset: self._act_and_step(self._episode_starts(reset)), num_steps, reset)
@@ -271,7 +269,7 @@ def _positive_int(value, name):
 
 
 class ConstantAlgorithm(Algorithm):
-    """Performs the same action everywhere: the trivial policy of throughput benchmarks."""
+    """Performs the same action everywhere: the trivial policy of tests and benchmarks."""
 
     def __init__(self, action):
         self._action = tf.constant(action)
@@ -294,45 +292,3 @@ def neutral_action(space):
     if isinstance(space, gym.spaces.MultiBinary):
         return np.zeros(space.shape, space.dtype)
     raise TypeError(f'no neutral action for space {space!r}')
-
-
-def benchmark_rollout(vector_env, num_steps=1000, repeats=3):
-    """Environment steps per second of compiled rollouts with a constant policy, per repeat.
-
-    Shows what simulating inside the graph costs on top of `vector_env` (AutoresetMode.DISABLED;
-    compare `benchmark_raw_loop`). The first rollout compiles the graph and is not timed. With
-    environments stepping in this process on few cores, a program that calls
-    `tf.config.threading.set_inter_op_parallelism_threads(1)` before using TF simulates faster:
-    no handing ops between threads around each environment step.
-    """
-    env = in_graph_batch_env.InGraphBatchEnv(vector_env)
-    simulator = Simulator(env, ConstantAlgorithm(neutral_action(env.action_space)))
-    simulator.rollout(num_steps)
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        simulator.rollout(num_steps)
-        rates.append(num_steps * len(env) / (time.perf_counter() - start))
-    return rates
-
-
-def benchmark_raw_loop(vector_env, num_steps=1000, repeats=3):
-    """Environment steps per second of a Python loop calling `vector_env.step`, per repeat.
-
-    The loop resets finished environments like the simulator does, so the two are comparable.
-    """
-    action = neutral_action(vector_env.single_action_space)
-    actions = np.broadcast_to(action, (vector_env.num_envs,) + action.shape).copy()
-    vector_env.reset()
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(num_steps):
-            _, _, terminated, truncated, _ = vector_env.step(actions)
-            done = terminated | truncated
-            if done.all():
-                vector_env.reset()
-            elif done.any():
-                vector_env.reset(options={'reset_mask': done})
-        rates.append(num_steps * vector_env.num_envs / (time.perf_counter() - start))
-    return rates

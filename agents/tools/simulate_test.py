@@ -1,5 +1,6 @@
 """Tests for simulate."""
 
+import gin
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
@@ -327,7 +328,7 @@ class EpisodeStatisticsTest(parameterized.TestCase):
             np.testing.assert_allclose(returns, expected_returns, rtol=1e-5, atol=1e-4)
 
 
-class BenchmarkHelpersTest(parameterized.TestCase):
+class NeutralActionTest(parameterized.TestCase):
 
     @parameterized.parameters(
         (gym.spaces.Box(np.array([-1, 0, -np.inf], 'f'), np.array([3, np.inf, np.inf], 'f')),
@@ -346,14 +347,21 @@ class BenchmarkHelpersTest(parameterized.TestCase):
         with self.assertRaisesRegex(TypeError, 'no neutral action'):
             simulate.neutral_action(gym.spaces.Tuple([gym.spaces.Discrete(2)]))
 
-    def test_benchmarks_run(self):
-        for benchmark in [simulate.benchmark_rollout, simulate.benchmark_raw_loop]:
-            vector_env = mock_vector_env.MockVectorEnv([2, 3])
-            rates = benchmark(vector_env, num_steps=5, repeats=2)
-            self.assertLen(rates, 2)
-            self.assertTrue(all(rate > 0 for rate in rates))
-            self.assertLen(vector_env.actions, 15 if benchmark is simulate.benchmark_rollout
-                           else 10)
+
+class GinTest(absltest.TestCase):
+    """The run constructs its simulators with explicit arguments: no binding may pretend to
+    set them."""
+
+    def tearDown(self):
+        gin.clear_config()
+        super().tearDown()
+
+    def test_simulator_bindings_are_refused(self):
+        for binding in ['Simulator.name = "train"', 'Simulator.env = None',
+                        'simulate.Simulator.algorithm = None']:
+            with self.subTest(binding=binding), self.assertRaisesRegex(
+                    ValueError, "No configurable matching '(simulate\\.)?Simulator'"):
+                gin.parse_config(binding)
 
 
 if __name__ == '__main__':

@@ -22,8 +22,8 @@ class VideoWriter:
       path: the mp4 file to write; its directory must exist.
       fps: frames per second of the video (e.g. the environment's `render_fps`).
       quality: imageio's quality scale from 1 (smallest) to 10 (best).
-      preset: libx264's speed preset; 'veryfast' encodes about 1.3x faster than the default
-        'medium' at a similar size for rendered scenes.
+      preset: libx264's speed preset; 'veryfast' encodes faster than the default 'medium' at a
+        similar size for rendered scenes (benchmarks/README.md).
     """
 
     def __init__(self, path, fps, quality=5, preset='veryfast'):

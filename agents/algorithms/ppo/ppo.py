@@ -1,65 +1,37 @@
-"""Proximal Policy Optimization: an `Algorithm` (see algorithm.py) whose `act` and `update` are
-TF functions.
+"""Proximal Policy Optimization: an actor-critic (actor_critic.py) with PPO's update.
 
-Neither method changes Python-side state: everything they read or write lives in TF variables, so
-both can run inside a larger `tf.function`, and a whole iteration (rollout + update) can compile
-into one TF program when the environment itself is made of TF ops.
-
-The update expects a time-major rollout `batch` (`T` steps of `N = num_envs` environments):
-
-    observ       [T, N, *observ_shape]  observation acted upon (raw, not normalized)
-    action       [T, N, *action_shape]  action returned by `act` (before any clipping to bounds)
-    reward       [T, N]                 raw reward
-    terminated   [T, N] bool            the episode reached a terminal state at this step
-    truncated    [T, N] bool            the episode was cut (time limit) at this step
-    next_observ  [T, N, *observ_shape]  observation after the step; where the episode ended, its
-                                        final observation (bootstraps truncated episodes)
-    extras       the `extras` that `act` returned, stacked over time: log_prob [T, N],
-                 value [T, N], policy_params {name: [T, N, ...]} and, for recurrent policies,
-                 policy_state [T, N, ...] (the state the policy started the step from).
-
-Observation statistics are frozen while acting and updated at the end of `update`, so the log-probs,
-values and distribution parameters recorded by `act` match what `update` recomputes before its
-first gradient step.
+Each update trains `num_epochs` passes of shuffled minibatches over one rollout with the clipped
+surrogate objective (CleanRL, SB3) or batch-ppo's adaptive KL penalty, all in one TF program.
+Besides the value, `act` records the log-prob and the distribution's parameters of each action
+(the rollout `batch`'s extras: log_prob [T, N], value [T, N], policy_params {name: [T, N, ...]}
+and, for recurrent policies, policy_state [T, N, ...]), so the update can rebuild the behaviour
+policy for the ratio and an exact KL. Observation statistics are frozen while acting and
+updated at the end of `update`, so what `act` recorded matches what `update` recomputes before
+its first gradient step.
 """
-
-import functools
 
 import gin
 import tensorflow as tf
 
-from agents.algorithms import advantages, algorithm, networks, normalize
+from agents.algorithms import actor_critic, networks
 
 OBJECTIVES = ('clipped', 'kl_penalty')
-BATCH_KEYS = ('observ', 'action', 'reward', 'terminated', 'truncated', 'next_observ', 'extras')
-EXTRAS_KEYS = ('log_prob', 'value', 'policy_params')
 METRIC_NAMES = ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'approx_kl',
                 'clip_fraction', 'gradient_norm')
 # What the `nonfinite` metric of an update names: 0 nothing, else the first quantity that went
 # non-finite (the update stopped before applying that gradient step).
-NONFINITE_QUANTITIES = {1: 'loss', 2: 'gradient'}
-
-
-def _check_positive(**values):
-    for name, value in values.items():
-        if value is not None and not value > 0:
-            raise ValueError(f'{name} must be positive, got {value!r}.')
-
-
-def _check_positive_int(**values):
-    for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or
-                                  value < 1):
-            raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+NONFINITE_QUANTITIES = actor_critic.ActorCritic.NONFINITE_QUANTITIES
 
 
 @gin.configurable
-class PPO(algorithm.Algorithm):
+class PPO(actor_critic.ActorCritic):
     """PPO agent: policy and value networks, optimizer, normalizers and update counter.
 
     Defaults follow CleanRL / SB3 for the clipped objective; the `kl_*` arguments default to
     batch-ppo's adaptive KL penalty with its quadratic cutoff (`objective='kl_penalty'`).
     """
+
+    EXTRAS_KEYS = ('log_prob', 'value', 'policy_params')
 
     def __init__(
             self,
@@ -139,39 +111,39 @@ class PPO(algorithm.Algorithm):
           jit_compile: compile `update` with XLA (measured faster on CPU).
           jit_compile_act: compile the sampling `act` with XLA. Off by default: XLA runs the
             act's work on TF's intra-op threads, and the woken thread then spins on the core
-            that environment worker processes need. Rolling out HalfCheetah-v5 8 x 256 in
-            hybrid mode took 160 ms with it and 135 ms without (64x64 networks), 8 x 64 with
-            256x256 networks 43.3 against 35.5 ms; Pendulum-v1 in-process ran alike.
+            that environment worker processes need (measured slower with worker processes;
+            see benchmarks/README.md, "Sampling without XLA").
           seed: seeds network initialization, action sampling and minibatch shuffling.
           name: module name.
         """
-        super().__init__(name=name)
         if objective not in OBJECTIVES:
             raise ValueError(f'Unknown objective {objective!r}; expected one of {OBJECTIVES}.')
-        _check_positive_int(num_envs=num_envs, num_epochs=num_epochs,
-                            num_minibatches=num_minibatches, chunk_length=chunk_length,
-                            lr_anneal_updates=lr_anneal_updates)
-        _check_positive(learning_rate=learning_rate, adam_epsilon=adam_epsilon,
-                        max_grad_norm=max_grad_norm, clip_ratio=clip_ratio, value_clip=value_clip,
-                        early_stop_kl=early_stop_kl, kl_target=kl_target,
-                        kl_cutoff_factor=kl_cutoff_factor, kl_init_penalty=kl_init_penalty,
-                        kl_penalty_change=kl_penalty_change)
+        actor_critic.check_arguments(
+            positive_int=('num_epochs', 'num_minibatches', 'chunk_length'),
+            positive=('adam_epsilon', 'clip_ratio', 'value_clip', 'early_stop_kl', 'kl_target',
+                      'kl_cutoff_factor', 'kl_init_penalty', 'kl_penalty_change'),
+            unit_interval=('gae_lambda',),
+            num_epochs=num_epochs, num_minibatches=num_minibatches, chunk_length=chunk_length,
+            adam_epsilon=adam_epsilon, clip_ratio=clip_ratio, value_clip=value_clip,
+            early_stop_kl=early_stop_kl, kl_target=kl_target, kl_cutoff_factor=kl_cutoff_factor,
+            kl_init_penalty=kl_init_penalty, kl_penalty_change=kl_penalty_change,
+            gae_lambda=gae_lambda)
         if len(kl_tolerance) != 2 or not 0 < kl_tolerance[0] <= kl_tolerance[1]:
             raise ValueError(f'kl_tolerance must be (low, high) with 0 < low <= high, '
                              f'got {kl_tolerance!r}.')
-        if not 0.0 <= discount <= 1.0 or not 0.0 <= gae_lambda <= 1.0:
-            raise ValueError(f'discount ({discount}) and gae_lambda ({gae_lambda}) must lie in '
-                             '[0, 1].')
-        self.observ_shape = tuple(int(size) for size in observ_shape)
-        self.num_envs = num_envs
+        super().__init__(
+            observ_shape, action_size, num_envs, policy_network, value_network,
+            tf.keras.optimizers.Adam(learning_rate=learning_rate, epsilon=adam_epsilon),
+            discount, learning_rate, lr_anneal_updates, max_grad_norm, normalize_observ,
+            observ_clip, scale_reward, reward_clip, jit_compile, jit_compile_act, seed, name)
+        if chunk_length is not None and not self.policy.recurrent:
+            raise ValueError('chunk_length only applies to recurrent policies; feed-forward '
+                             'policies train on single steps.')
+        self._chunk_length = chunk_length if self.policy.recurrent else 1
         self._objective = objective
-        self._discount = discount
         self._gae_lambda = gae_lambda
         self._num_epochs = num_epochs
         self._num_minibatches = num_minibatches
-        self._learning_rate = learning_rate
-        self._lr_anneal_updates = lr_anneal_updates
-        self._max_grad_norm = max_grad_norm
         self._clip_ratio = clip_ratio
         self._value_clip = value_clip
         self._value_coef = value_coef
@@ -183,106 +155,15 @@ class PPO(algorithm.Algorithm):
         self._kl_cutoff_coef = kl_cutoff_coef
         self._kl_tolerance = tuple(kl_tolerance)
         self._kl_penalty_change = kl_penalty_change
-        self._normalize_observ = normalize_observ
-        self._scale_reward = scale_reward
-
-        self.policy = policy_network(
-            observ_shape=self.observ_shape, action_size=action_size, seed=seed)
-        self.value = value_network(observ_shape=self.observ_shape, seed=seed + 1000)
-        if chunk_length is not None and not self.policy.recurrent:
-            raise ValueError('chunk_length only applies to recurrent policies; feed-forward '
-                             'policies train on single steps.')
-        self._chunk_length = chunk_length if self.policy.recurrent else 1
-        self.observ_normalizer = normalize.StreamingNormalizer(
-            self.observ_shape, center=True, scale=True, clip=observ_clip, name='observ_normalizer')
-        self.reward_scaler = normalize.RewardScaler(
-            num_envs, discount, clip=reward_clip, name='reward_scaler')
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate,
-                                                  epsilon=adam_epsilon)
-        self.optimizer.build(self._trainable)
         self.kl_penalty = tf.Variable(float(kl_init_penalty), trainable=False, name='kl_penalty')
-        self.update_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='update_count')
-        self.random = tf.random.Generator.from_seed(seed)
-        self._sampling_act = tf.function(functools.partial(self._act, greedy=False),
-                                         jit_compile=bool(jit_compile_act), autograph=False)
-        self._greedy_act = tf.function(
-            functools.partial(self._act, greedy=True), autograph=False)
-        self._compiled_update = tf.function(self._update, jit_compile=jit_compile,
-                                            autograph=False)
-
-    NONFINITE_QUANTITIES = NONFINITE_QUANTITIES
-
-    @property
-    def action_dtype(self):
-        return self.policy.action_dtype
-
-    def train_variables(self):
-        # Neither Keras' optimizer variables (`value` is the tf.Variable) nor the generator are
-        # tf.Modules, whose variables `self.variables` finds.
-        return [*self.variables, *(variable.value for variable in self.optimizer.variables),
-                self.random.state]
-
-    def acting_modules(self):
-        return {'policy': self.policy, 'value': self.value,
-                'observ_normalizer': self.observ_normalizer}
-
-    def exported_policy(self):
-        return self.policy, self.observ_normalizer if self._normalize_observ else None
-
-    @property
-    def _trainable(self):
-        """Policy then value weights (a property so the checkpoint keys them by network)."""
-        return list(self.policy.trainable_variables + self.value.trainable_variables)
-
-    def initial_state(self, batch_size):
-        """The policy state for `batch_size` new episodes (`()` for feed-forward policies)."""
-        return self.policy.initial_state(batch_size)
-
-    @property
-    def normalizes_observ(self):
-        """Whether `normalize` standardizes observations (else it only casts them)."""
-        return self._normalize_observ
-
-    def normalize(self, observ):
-        """The observation as the networks see it: float32, normalized if configured."""
-        observ = tf.cast(observ, tf.float32)
-        return self.observ_normalizer.normalize(observ) if self._normalize_observ else observ
-
-    def _next_seed(self):
-        return tf.cast(self.random.make_seeds(1)[:, 0], tf.int32)
-
-    def act(self, observ, state, reset_mask, greedy=False):
-        """One policy step: `(observ [N, ...], state, reset_mask [N]) -> action, extras, state`.
-
-        `reset_mask` marks environments whose episode starts at this step; their state is zeroed
-        first. `greedy` (a Python bool) picks the distribution's mode instead of sampling.
-
-        Only sampling can be compiled with XLA (`jit_compile_act`): the greedy (evaluation)
-        path runs a few hundred steps per evaluation, and compiling it took longer (0.2 to
-        0.3 s, once per run) than it saved; its rollouts also ran faster without XLA.
-        """
-        act = self._greedy_act if greedy else self._sampling_act
-        return act(observ, state, reset_mask)
-
-    def _act(self, observ, state, reset_mask, greedy):
-        observ = self.normalize(observ)
-        state = self.policy.reset_state(state, reset_mask)
-        params, new_state = self.policy.step(observ, state)
-        policy = self.policy.distribution(params)
-        action = policy.mode() if greedy else policy.sample(seed=self._next_seed())
-        extras = {'log_prob': policy.log_prob(action), 'value': self.value(observ),
-                  'policy_params': params}
-        if self.policy.recurrent:
-            extras['policy_state'] = state
-        return action, extras, new_state
 
     def update(self, batch):
-        """Trains on one time-major rollout (see the module docstring); returns scalar metrics.
+        """Trains on one time-major rollout (see algorithm.py); returns scalar metrics.
 
         A non-finite loss or gradient stops the update before that gradient step is applied;
         the `nonfinite` metric then names it (see NONFINITE_QUANTITIES). Steps applied before it
         and the statistics updates stay: a caller that must drop the whole batch restores the
-        variables it saved (as the trainer does).
+        variables it saved (as the run loop does).
         """
         self._check_batch(batch)
         if isinstance(self._num_units(batch), tf.Tensor):
@@ -306,17 +187,8 @@ class PPO(algorithm.Algorithm):
         """The update as one TF program: normalization, GAE, epochs x minibatches, statistics."""
         num_units = self._num_units(batch)
         extras = batch['extras']
-        terminated = tf.cast(batch['terminated'], tf.bool)
-        truncated = tf.cast(batch['truncated'], tf.bool)
-        done = terminated | truncated
-        reward = tf.cast(batch['reward'], tf.float32)
-        if self._scale_reward:
-            self.reward_scaler.update(reward, done)
-            reward = self.reward_scaler.scale(reward)
+        reward, advantage, return_, done = self._targets(batch, self._gae_lambda)
         observ = self.normalize(batch['observ'])
-        advantage, return_ = advantages.generalized_advantage_estimation(
-            reward, extras['value'], self.value(self.normalize(batch['next_observ'])),
-            terminated, truncated, self._discount, self._gae_lambda)
 
         num_steps = tf.shape(reward)[0]
         length = self._chunk_length or num_steps
@@ -339,10 +211,7 @@ class PPO(algorithm.Algorithm):
             lambda state: tf.reshape(state[::length], tf.concat([[-1], tf.shape(state)[2:]], 0)),
             extras.get('policy_state', ()))
 
-        if self._lr_anneal_updates:
-            progress = tf.cast(self.update_count, tf.float32) / self._lr_anneal_updates
-            self.optimizer.learning_rate.assign(
-                self._learning_rate * tf.maximum(0.0, 1.0 - progress))
+        self._anneal_learning_rate()
         minibatch_size = num_units // self._num_minibatches
         order = tf.argsort(tf.random.stateless_uniform(
             [self._num_epochs, num_units], seed=self._next_seed()), axis=1)
@@ -351,19 +220,11 @@ class PPO(algorithm.Algorithm):
         metrics = self._train_minibatches(data, initial_state, minibatch_indices)
 
         with tf.control_dependencies(tf.nest.flatten(metrics)):
-            if self._normalize_observ:
-                self.observ_normalizer.update(batch['observ'])
-            self.update_count.assign_add(1)
-        variance = tf.math.reduce_variance(return_)
+            self._finish_update(batch)
         metrics.update({
             'learning_rate': tf.identity(self.optimizer.learning_rate),
             'kl_penalty': tf.identity(self.kl_penalty),
-            'advantage_mean': tf.reduce_mean(advantage),
-            'return_mean': tf.reduce_mean(return_),
-            'value_mean': tf.reduce_mean(extras['value']),
-            'scaled_reward_mean': tf.reduce_mean(reward),
-            'explained_variance': 1.0 - tf.math.reduce_variance(
-                return_ - extras['value']) / tf.maximum(variance, 1e-8),
+            **self._summary(reward, advantage, return_, extras['value']),
         })
         return metrics
 
@@ -483,46 +344,9 @@ class PPO(algorithm.Algorithm):
 
     @tf.autograph.experimental.do_not_convert
     def _check_batch(self, batch):
-        """Static (trace-time) validation with errors that name the offending entry."""
-        if not isinstance(batch, dict):
-            raise TypeError(f'batch must be a dict with keys {BATCH_KEYS}, got {type(batch)}.')
-        missing = [key for key in BATCH_KEYS if key not in batch]
-        extras = batch.get('extras', {})
-        missing += [f'extras/{key}' for key in EXTRAS_KEYS if key not in extras]
-        if self.policy.recurrent and 'policy_state' not in extras:
-            missing.append('extras/policy_state')
-        if missing:
-            raise ValueError(f'batch is missing {missing}.')
-        reward_shape = tf.TensorShape(batch['reward'].shape)
-        if reward_shape.rank != 2:
-            raise ValueError(f'reward must be time-major [T, N], got shape {reward_shape}.')
-        num_steps, num_envs = reward_shape
-        if num_envs is not None and num_envs != self.num_envs:
-            raise ValueError(f'batch has {num_envs} environments but the agent was built for '
-                             f'num_envs={self.num_envs}.')
-        expected = {
-            'observ': reward_shape.concatenate(self.observ_shape),
-            'next_observ': reward_shape.concatenate(self.observ_shape),
-            'action': reward_shape.concatenate(self.policy.action_shape),
-            'terminated': reward_shape,
-            'truncated': reward_shape,
-            'extras/log_prob': reward_shape,
-            'extras/value': reward_shape,
-        }
-        for key, shape in expected.items():
-            tensor = extras[key[7:]] if key.startswith('extras/') else batch[key]
-            if not tf.TensorShape(tensor.shape).is_compatible_with(shape):
-                raise ValueError(f'batch[{key!r}] has shape {tensor.shape}, expected {shape} '
-                                 '(time-major [T, N, ...] like reward).')
-        for key in ('policy_params', 'policy_state'):
-            for tensor in tf.nest.flatten(extras.get(key, ())):
-                if not tf.TensorShape(tensor.shape)[:2].is_compatible_with(reward_shape):
-                    raise ValueError(f'batch extras/{key} has an entry of shape {tensor.shape}, '
-                                     f'expected it to start with [T, N] = {reward_shape}.')
-        action_dtype = tf.as_dtype(batch['action'].dtype)
-        if action_dtype.is_integer != self.policy.action_dtype.is_integer:
-            raise ValueError(f'batch action dtype {action_dtype.name} does not suit '
-                             f'{type(self.policy).__name__} ({self.policy.action_dtype.name}).')
+        """The shared checks, and that the rollout divides into chunks and minibatches."""
+        super()._check_batch(batch)
+        num_steps = tf.TensorShape(batch['reward'].shape)[0]
         length = self._chunk_length
         if length and num_steps is not None and num_steps % length:
             raise ValueError(f'chunk_length={length} must divide the rollout length T={num_steps}.')
