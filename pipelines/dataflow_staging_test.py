@@ -54,7 +54,7 @@ PACKAGE_FILES = ('agents/**/*.py', 'pipelines/**/*.py', 'pipelines/templates/*.h
 # Test helpers the patterns above must catch.
 HELPERS = ('agents/scripts/testing_utils.py', 'agents/envs/testing.py',
            'agents/tools/mock_vector_env.py', 'pipelines/process_testing.py',
-           'pipelines/report_fixtures.py', 'agents/reliability/harness.py')
+           'pipelines/report_fixtures.py')
 # What a launcher's venv gets beyond pip and setuptools (the README: `pip install '.[gcp]'`,
 # of which staging uses `build`).
 LAUNCHER_TOOLS = ('build',)

@@ -6,7 +6,6 @@ import os
 PACKAGED = ('agents', 'pipelines', 'configs')
 # Tests, the modules only tests use, and benchmarks: never packaged (setup.py drops them).
 TEST_ONLY = ('*_test.py', '*testing*.py', '*_fixtures.py', 'mock_*.py', '*_benchmark.py')
-TEST_ONLY_DIRS = ('agents/reliability/',)
 CONSOLE_SCRIPTS = {
     'batchppo-train': 'agents.scripts.train:run',
     'batchppo-evaluate': 'agents.scripts.evaluate:run',
@@ -19,5 +18,4 @@ CONSOLE_SCRIPTS = {
 
 def is_test_only(path):
     """Whether `path` (relative to the tree's root) is left out of the package."""
-    return (any(fnmatch.fnmatch(os.path.basename(path), p) for p in TEST_ONLY)
-            or (path + '/').startswith(TEST_ONLY_DIRS))
+    return any(fnmatch.fnmatch(os.path.basename(path), p) for p in TEST_ONLY)

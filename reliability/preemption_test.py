@@ -17,7 +17,7 @@ import time
 from absl import logging
 from absl.testing import absltest
 
-from agents.reliability import harness
+from reliability import harness
 
 STEPS_PER_ITERATION = 8 * 128
 TOTAL_STEPS = 30_000

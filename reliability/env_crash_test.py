@@ -4,7 +4,7 @@ With `train.on_env_failure = 'restart'` (the default) the trainer rebuilds the t
 environments, logs which failed and that the episodes in flight were dropped, redoes the
 iteration and finishes; a worker that keeps crashing stops the run after
 `train.max_env_restarts` restarts between checkpoints. With 'stop' the run stops at once with an
-error naming the environment. The faults come from agents/reliability/faulty_envs.py, stepping
+error naming the environment. The faults come from reliability/faulty_envs.py, stepping
 in real worker processes of the train binary.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.reliability import harness
 from agents.tools import batch_env, in_graph_batch_env, simulate
+from reliability import harness
 
 
 class EnvCrashTest(harness.TrainerTestCase):

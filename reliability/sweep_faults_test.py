@@ -15,8 +15,8 @@ import sys
 
 from absl.testing import absltest
 
-from agents.reliability import faulty_envs, harness
 from agents.scripts import testing_utils
+from reliability import faulty_envs, harness
 
 # Long enough for a trial on a loaded 2-core machine (under 40 s seen at a load of 6 to 8),
 # short for a hang: the first sweep waits it out.

@@ -1,6 +1,6 @@
 r"""A full or read-only disk under a training run, inside a private mount namespace.
 
-    unshare --user --map-root-user --mount python -m agents.reliability.disk_faults SPEC.json
+    unshare --user --map-root-user --mount python -m reliability.disk_faults SPEC.json
 
 The test (disk_test.py) runs this in a mount namespace of its own, where it may mount without
 touching the machine: a tmpfs at `mount` holds the logdir (`<mount>/run`). The trainer runs
@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 
-from agents.reliability import harness
+from reliability import harness
 
 FAULTS = ('enospc', 'readonly')
 

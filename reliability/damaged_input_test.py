@@ -18,9 +18,9 @@ import shutil
 
 from absl.testing import absltest
 
-from agents.reliability import harness
 from agents.runs import policy_export
 from agents.scripts import testing_utils
+from reliability import harness
 
 BUDGET = dict(train__total_steps=1024)
 OTHER_CONFIG = dict(FeedForwardGaussianPolicy__activation='relu')

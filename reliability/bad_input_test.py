@@ -14,9 +14,9 @@ import sys
 
 from absl.testing import absltest, parameterized
 
-from agents.reliability import harness
 from agents.runs import gcs_testing, run_config
 from agents.scripts import testing_utils
+from reliability import harness
 
 CATALOGUE = os.path.join(harness.ROOT, 'docs', 'errors.md')
 TESTDATA = os.path.join(harness.ROOT, 'agents', 'reliability', 'testdata')

@@ -15,7 +15,7 @@ import time
 
 from absl.testing import absltest
 
-from agents.reliability import harness
+from reliability import harness
 
 STARTUP_TIMEOUT = 300
 # The bound the README gives for a stop while the trainer waits for a hung worker (seconds),

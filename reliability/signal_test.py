@@ -16,7 +16,7 @@ import time
 
 from absl.testing import absltest
 
-from agents.reliability import harness
+from reliability import harness
 
 STARTUP_TIMEOUT = 300
 # How soon a signal must be acknowledged, or end the binary when nothing is to be saved

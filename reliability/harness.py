@@ -17,9 +17,9 @@ import time
 import psutil
 from absl.testing import absltest
 
-from agents.reliability import faulty_envs
 from agents.runs import metrics as metrics_lib
 from agents.runs import recovery, run_dir
+from reliability import faulty_envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTY_ENV_ID = faulty_envs.ENV_ID

@@ -10,8 +10,8 @@ import signal
 
 from absl.testing import absltest
 
-from agents.reliability import harness
 from agents.runs import run_config
+from reliability import harness
 
 LONG = dict(train__total_steps=10_000_000)
 

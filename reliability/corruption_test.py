@@ -14,8 +14,8 @@ import sys
 
 from absl.testing import absltest
 
-from agents.reliability import harness
 from agents.scripts import testing_utils
+from reliability import harness
 
 BUDGET = dict(train__total_steps=1536)
 

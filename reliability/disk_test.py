@@ -1,6 +1,6 @@
 """Disk full or read-only: a failed write stops the run clearly; the last checkpoint survives.
 
-Each case runs agents/reliability/disk_faults.py in a private mount namespace (unshare), where a
+Each case runs reliability/disk_faults.py in a private mount namespace (unshare), where a
 small tmpfs holds the logdir: the trainer is stopped by ENOSPC or EROFS after its first save,
 must say which file it could not write and why, and must leave the previous checkpoint valid; a
 rerun after the fault is lifted resumes and finishes. Without mount namespaces the tests skip
@@ -14,7 +14,7 @@ import sys
 
 from absl.testing import absltest
 
-from agents.reliability import harness
+from reliability import harness
 
 
 class DiskFaultTest(absltest.TestCase):
@@ -38,7 +38,7 @@ class DiskFaultTest(absltest.TestCase):
             json.dump({'fault': fault, 'mount': mount, 'outdir': outdir, 'size': size,
                        'train_flags': flags}, f)
         process = subprocess.run(
-            [*self.prefix, sys.executable, '-m', 'agents.reliability.disk_faults', spec],
+            [*self.prefix, sys.executable, '-m', 'reliability.disk_faults', spec],
             capture_output=True, text=True, timeout=900, env=harness.environment(),
             check=False)
         self.assertEqual(process.returncode, 0, process.stderr[-5000:])

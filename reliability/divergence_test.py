@@ -14,8 +14,8 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from agents.algorithms.ppo import ppo
-from agents.reliability import harness
 from agents.runs import loop
+from reliability import harness
 
 
 class DivergenceBinaryTest(harness.TrainerTestCase):
