@@ -19,7 +19,7 @@ from agents.scripts import testing_utils
 from reliability import harness
 
 CATALOGUE = os.path.join(harness.ROOT, 'docs', 'errors.md')
-TESTDATA = os.path.join(harness.ROOT, 'agents', 'reliability', 'testdata')
+TESTDATA = os.path.join(harness.ROOT, 'reliability', 'testdata')
 MODULES = {
     'train': 'agents.scripts.train', 'evaluate': 'agents.scripts.evaluate',
     'export': 'agents.scripts.export', 'visualize': 'agents.scripts.visualize',

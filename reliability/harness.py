@@ -21,7 +21,7 @@ from agents.runs import metrics as metrics_lib
 from agents.runs import recovery, run_dir
 from reliability import faulty_envs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTY_ENV_ID = faulty_envs.ENV_ID
 PROGRESS = re.compile(r'\] step (\d+)/(\d+) \|')
 
