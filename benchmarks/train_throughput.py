@@ -231,8 +231,8 @@ def _sample(pid):
     return memory.rss / 2**20, memory.pss / 2**20, times.user + times.system
 
 
-def run_monitored(command, logdir, env, poll_secs):
-    """Runs `command` to its end while polling `logdir`/metrics.jsonl and /proc."""
+def run_monitored(command, logdir, env, poll_secs, cwd=None):
+    """Runs `command` (in `cwd`) to its end while polling `logdir`/metrics.jsonl and /proc."""
     if os.path.exists(logdir):
         # BatchPPO would resume the run found there.
         raise FileExistsError(f'{logdir} exists; give an empty --workdir')
@@ -245,7 +245,8 @@ def run_monitored(command, logdir, env, poll_secs):
     known = set()
     with open(logdir + '.log', 'w') as log:
         start = time.monotonic()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                   cwd=cwd)
         while True:
             # WNOWAIT leaves the ended process a zombie, whose final CPU time /proc still shows.
             ended = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -500,15 +501,18 @@ def main(argv):
         for seed in range(FLAGS.seeds):
             for system in task_systems(task, systems):
                 logdir = os.path.join(workdir, f'{task}-{system}-seed{seed}')
+                # `python -m` imports from its working directory first: each tree runs in its own.
+                cwd = None
                 if system == 'ours':
                     command, env = ours_command(gin_files, bindings, logdir, seed), ours_env
+                    cwd = run_config.PACKAGE_ROOT
                 elif system == 'baseline':
-                    command = ours_command(gin_files, bindings, logdir, seed,
-                                           tree=os.path.abspath(FLAGS.baseline_tree))
+                    cwd = os.path.abspath(FLAGS.baseline_tree)
+                    command = ours_command(gin_files, bindings, logdir, seed, tree=cwd)
                     env = baseline_env
                 else:
                     command, env = sb3_command(python, settings, logdir, seed), sb3_env
-                run = summarize_run(run_monitored(command, logdir, env, FLAGS.poll_secs),
+                run = summarize_run(run_monitored(command, logdir, env, FLAGS.poll_secs, cwd),
                                     TASKS[task].threshold)
                 run.update(task=task, system=system, seed=seed, logdir=logdir)
                 runs.append(run)
