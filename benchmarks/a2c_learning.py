@@ -372,10 +372,7 @@ def main(argv):
         plot(summary, FLAGS.tasks, systems, FLAGS.plot)
         print(f'Curves drawn into {FLAGS.plot}')
     if FLAGS.output_json:
-        with open(FLAGS.output_json, 'w', encoding='utf-8') as f:
-            json.dump({'runs': runs, 'summary': summary, 'settings': settings_by_task,
-                       'sb3_torch_threads': FLAGS.sb3_torch_threads,
-                       'sb3_vec_env': FLAGS.sb3_vec_env, 'cpus': os.cpu_count()}, f, indent=1)
+        train_throughput.write_output(FLAGS.output_json, runs, summary, settings_by_task)
 
 
 if __name__ == '__main__':

@@ -207,9 +207,10 @@ class Sb3KwargsTest(absltest.TestCase):
             import json, sys
             sys.path.insert(0, sys.argv[1])
             import sb3_a2c_runner as runner
+            import sb3_runner
             settings = json.loads(sys.argv[2])
             model, venv, total = runner.make_model(settings, 0)
-            evaluator = runner.make_evaluator(settings, venv, sys.argv[3], 0)
+            evaluator = sb3_runner.Evaluator(settings, venv, sys.argv[3], 0)
             optimizer = model.policy.optimizer
             print(json.dumps({
                 'optimizer': type(optimizer).__name__,

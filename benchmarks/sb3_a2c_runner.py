@@ -166,47 +166,18 @@ def resolve(kwargs):
     return dict(kwargs, policy_kwargs=policy_kwargs)
 
 
-def make_env(settings):
-    """The environment with the run's wrappers (sb3_runner.make_env always applies the
-    default ones)."""
-    import gymnasium as gym
-    import sb3_runner
-
-    env = gym.make(settings['env_id'], **(settings['env_kwargs'] or {}))
-    return sb3_runner.range_normalize(env) if tuple(settings['wrappers']) else env
-
-
 def make_model(settings, seed, vec_env='dummy'):
     """(SB3 A2C, its VecNormalize, env steps to learn), configured as the BatchPPO run."""
+    import sb3_runner
     from stable_baselines3 import A2C
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
     kwargs = resolve(sb3_a2c_kwargs(settings))
-    env_fns = [lambda: make_env(settings)] * settings['num_envs']
+    env_fns = [lambda: sb3_runner.make_env(settings)] * settings['num_envs']
     venv = SubprocVecEnv(env_fns) if vec_env == 'subproc' else DummyVecEnv(env_fns)
     venv = VecNormalize(venv, **vec_normalize_kwargs(settings))
     model = A2C('MlpPolicy', venv, seed=seed, device='cpu', verbose=0, **kwargs)
     return model, venv, iterations(settings)[1]
-
-
-def make_evaluator(settings, venv, logdir, seed):
-    """sb3_runner's Evaluator, on evaluation environments with the run's wrappers."""
-    import sb3_runner
-
-    class Evaluator(sb3_runner.Evaluator):
-        def __init__(self):
-            super().__init__(settings, venv, logdir, seed)
-            if tuple(settings['wrappers']) == WRAPPERS[0]:
-                return
-            # Its environments carry PPO's default wrappers: rebuild them, seeded as it does.
-            for env in self._envs:
-                env.close()
-            self._envs = [make_env(settings) for _ in range(settings['eval_episodes'])]
-            for index, env in enumerate(self._envs):
-                env.reset(seed=seed + sb3_runner.EVAL_SEED_OFFSET + index)
-                env.action_space.seed(seed + sb3_runner.EVAL_SEED_OFFSET + index)
-
-    return Evaluator()
 
 
 def main(argv=None):
@@ -227,7 +198,9 @@ def main(argv=None):
     torch.set_num_threads(args.torch_threads)
     os.makedirs(args.logdir, exist_ok=True)
     model, venv, total_steps = make_model(settings, args.seed, args.vec_env)
-    evaluator = make_evaluator(settings, venv, args.logdir, args.seed)
+    import sb3_runner
+
+    evaluator = sb3_runner.Evaluator(settings, venv, args.logdir, args.seed)
     model.learn(total_timesteps=total_steps, callback=evaluator)
     evaluator.finish()
     venv.close()

@@ -54,7 +54,10 @@ def range_normalize(env):
 
 
 def make_env(settings):
-    return range_normalize(gym.make(settings['env_id'], **(settings['env_kwargs'] or {})))
+    """The environment with the run's wrappers: BatchPPO's default ones unless the settings say
+    `wrappers` is empty (as for discrete CartPole)."""
+    env = gym.make(settings['env_id'], **(settings['env_kwargs'] or {}))
+    return range_normalize(env) if tuple(settings.get('wrappers', ('default',))) else env
 
 
 def make_model(settings, seed, vec_env):

@@ -466,6 +466,14 @@ def parse_budgets(entries, tasks):
     return budgets
 
 
+def write_output(path, runs, summary, settings_by_task):
+    """Every run, the summary and the settings, as JSON (--output_json)."""
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump({'runs': runs, 'summary': summary, 'settings': settings_by_task,
+                   'sb3_torch_threads': FLAGS.sb3_torch_threads,
+                   'sb3_vec_env': FLAGS.sb3_vec_env, 'cpus': os.cpu_count()}, f, indent=1)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -526,10 +534,7 @@ def main(argv):
     if 'baseline' in systems:
         print(paired_ratios(runs, FLAGS.tasks))
     if FLAGS.output_json:
-        with open(FLAGS.output_json, 'w', encoding='utf-8') as f:
-            json.dump({'runs': runs, 'summary': summary, 'settings': settings_by_task,
-                       'sb3_torch_threads': FLAGS.sb3_torch_threads,
-                       'sb3_vec_env': FLAGS.sb3_vec_env, 'cpus': os.cpu_count()}, f, indent=1)
+        write_output(FLAGS.output_json, runs, summary, settings_by_task)
 
 
 if __name__ == '__main__':
