@@ -1,9 +1,9 @@
 """An algorithm acting in a `simulate.Simulator`: policy state kept in variables.
 
-`Algorithm.act` (agents/algorithms/algorithm.py) is a pure function of (observation, policy state, reset mask). The simulator's episode
-protocol calls `begin_episode` for environments that were reset and `perform` once per step; this
-adapter keeps the policy state and the pending resets between those calls in TF variables, so a
-whole rollout still compiles into one TF program.
+`Algorithm.act` (agents/algorithms/algorithm.py) is a pure function of (observation, policy state,
+reset mask). The simulator's episode protocol calls `begin_episode` for environments that were reset
+and `perform` once per step; this adapter keeps the policy state and the pending resets between
+those calls in TF variables, so a whole rollout still compiles into one TF program.
 """
 
 import tensorflow as tf
