@@ -4,16 +4,20 @@ r"""Runs a hyperparameter sweep as an Apache Beam pipeline.
 
 The spec (see sweep_spec.py) expands into trials; a Reshuffle spreads them over the runner's
 workers, each trains one trial at a time with the trainer binary (trial.py), and the results are
-gathered into `trials.jsonl` and a ranked `summary.csv`. Flags this binary does not define go to
+gathered into `trials.jsonl` and a ranked `summary.csv`. With a scheduler or a search, the sweep
+runs in stages, a pipeline each (scheduler.py): the rungs of successive halving, the batches of
+Optuna's proposals. Flags this binary does not define go to
 Beam: by default the DirectRunner's FnApiRunner in multi-processing mode with one worker per
 core; any runner works, e.g. `--runner=DataflowRunner --project=... --region=...
 --temp_location=gs://...` with `--output_dir=gs://...`, where each trial trains in and resumes
 from its directory in the bucket.
 
 Rerunning the same command resumes: trials whose result is `ok` are kept, failed and missing ones
-run again. An output directory that holds a different spec is refused.
+run again (in a rung not yet decided), and a rung's decision is never recomputed. An output
+directory that holds a different spec is refused.
 """
 
+import contextlib
 import csv
 import difflib
 import io
@@ -36,7 +40,7 @@ from apache_beam.options.pipeline_options import (
 
 from agents.runs import run_config, run_dir
 from agents.scripts import log_noise
-from pipelines import sweep_spec
+from pipelines import halving, scheduler, search, sweep_spec
 from pipelines import trial as trial_lib
 
 flags.DEFINE_string('spec', None, 'The sweep spec (YAML), e.g. configs/sweeps/pendulum.yaml; '
@@ -62,6 +66,10 @@ class SweepError(Exception):
     """A problem with the output directory or the runner's options, told in one sentence."""
 
 
+class StageError(Exception):
+    """A stage's pipeline failed every attempt; the message says how and what is left."""
+
+
 def prepare_output_dir(output_dir, spec, spec_text):
     """Stores the spec in `output_dir`, or checks that the stored one is the same sweep.
 
@@ -77,6 +85,7 @@ def prepare_output_dir(output_dir, spec, spec_text):
         except sweep_spec.SpecError as error:
             raise SweepError(f'{output_dir} holds an unreadable sweep spec: {error}') from None
         if _trials_content(stored) != _trials_content(spec):
+            _check_same_course(stored, spec, output_dir)
             diff = ''.join(difflib.unified_diff(
                 stored_text.splitlines(True), spec_text.splitlines(True), 'output_dir spec',
                 'this spec'))
@@ -95,6 +104,24 @@ def _trials_content(spec):
     content = spec.canonical()
     del content['timeout_s']
     return content
+
+
+COURSE_FIELDS = ('scheduler', 'search', 'metric', 'mode')
+
+
+def _check_same_course(stored, spec, output_dir):
+    """Refuses, at the spec's line, a resumed sweep whose scheduler or search changed while the
+    trials stayed the same: its rungs and proposals were decided by the stored ones."""
+    before, after = _trials_content(stored), _trials_content(spec)
+    changed = [name for name in before if before[name] != after[name]]
+    if not changed or not set(changed) <= set(COURSE_FIELDS):
+        return
+    field = 'scheduler' if {'scheduler', 'metric', 'mode'} & set(changed) else 'search'
+    location = (field,) if (field,) in spec.lines else ()
+    was = json.dumps(before[field], sort_keys=True) if before[field] else 'none'
+    raise spec.error(location, f'the {field} differs from the one output_dir {output_dir} was '
+                     f'started with ({was}): a resumed sweep keeps its {field}, whose decisions '
+                     'are stored there; use another --output_dir or the stored spec')
 
 
 class RunTrial(beam.DoFn):
@@ -116,10 +143,12 @@ class RunTrial(beam.DoFn):
             handler.setFormatter(std_logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
             absl_logger.addHandler(handler)
 
-    def process(self, trial):
-        logging.info('Trial %s starting: seed %d, %s', trial.id, trial.seed,
+    def process(self, work):
+        trial, stop_at_step = work
+        logging.info('Trial %s starting%s: seed %d, %s', trial.id,
+                     f' (to step {stop_at_step})' if stop_at_step else '', trial.seed,
                      json.dumps(trial.bindings))
-        record = trial_lib.run(trial, self._settings)
+        record = trial_lib.run(trial, self._settings, stop_at_step)
         logging.info('Trial %s %s%s', trial.id, record['status'], _outcome(record))
         logging.info('Sweep progress: %s', progress(
             self._settings.output_dir, self._trial_ids, self._started_at))
@@ -134,16 +163,20 @@ def _outcome(record):
 
 
 def progress(output_dir, trial_ids, started_at, now=None):
-    """'done/total, failures, ETA' from the stored results, whichever worker wrote them."""
+    """'done/total, failures, ETA' from the stored results, whichever worker wrote them.
+
+    `trial_ids`: the stage's [(trial id, budget)]; a trial is done when its result reached the
+    budget, or failed in this run.
+    """
     now = time.time() if now is None else now
     done = failed = finished_now = 0
-    for trial_id in trial_ids:
+    for trial_id, budget in trial_ids:
         record = trial_lib.read_result(output_dir, trial_id)
         if record is None:
             continue
         this_run = record.get('finished_at', 0) >= started_at
         finished_now += this_run
-        if record['status'] == trial_lib.OK or this_run:
+        if scheduler.reached(record, budget) or this_run:
             done += 1
             failed += record['status'] != trial_lib.OK
     remaining = len(trial_ids) - done
@@ -162,20 +195,24 @@ def _format_seconds(seconds):
     return f'{hours}:{minutes:02d}:{seconds:02d}'
 
 
-def write_outputs(records, output_dir):
+def write_outputs(records, output_dir, metric='mean_return', mode='max'):
     """Writes trials.jsonl (in spec order) and summary.csv (ranked), each atomically."""
     records = sorted(records, key=lambda record: record['index'])
     run_dir.write_text(run_dir.join(output_dir, TRIALS_FILE), ''.join(
         json.dumps(record, allow_nan=False) + '\n' for record in records))
-    run_dir.write_text(run_dir.join(output_dir, SUMMARY_FILE), summary_csv(summarize(records)))
+    run_dir.write_text(run_dir.join(output_dir, SUMMARY_FILE),
+                       summary_csv(summarize(records, metric, mode), metric))
     return len(records)
 
 
-def summarize(records):
-    """Per configuration: final return mean, std and count over its ok seeds; best first.
+def summarize(records, metric='mean_return', mode='max'):
+    """Per configuration: the budget its seeds reached, and its final return (mean, std, count
+    over its ok seeds) and `metric` there; best first among those of the same budget.
 
-    The std is the sample standard deviation (0 for one seed); configurations without an ok
-    trial come last, without statistics.
+    Configurations are compared only at equal budgets: those that went further (successive
+    halving promoted them) rank above those stopped earlier, whatever their returns. The std is
+    the sample standard deviation (0 for one seed); configurations without an ok trial come
+    last, without statistics.
     """
     configurations = {}
     for record in records:
@@ -185,33 +222,42 @@ def summarize(records):
         ok = [r for r in group if r['status'] == trial_lib.OK]
         finals = [r['final_return'] for r in ok]
         bests = [r['best_return'] for r in ok]
+        values = [scheduler.metric_of(r, metric) for r in ok]
+        values = [value for value in values if value is not None]
         rows.append({
             'config_id': config_id,
             'bindings': group[0]['bindings'],
+            'budget': max((r.get('budget') or r.get('env_steps') or 0 for r in ok), default=None),
+            'rung': max((r['rung'] for r in group if 'rung' in r), default=None),
             'mean_final_return': float(np.mean(finals)) if finals else None,
             'std_final_return': float(np.std(finals, ddof=1)) if len(finals) > 1 else (
                 0.0 if finals else None),
             'count': len(finals),
             'failed': len(group) - len(finals),
             'mean_best_return': float(np.mean(bests)) if bests else None,
+            'metric': float(np.mean(values)) if values else None,
             'seeds': sorted(r['seed'] for r in group),
         })
-    rows.sort(key=lambda row: (row['mean_final_return'] is None,
-                               -(row['mean_final_return'] or 0.0), row['config_id']))
+    sign = -1.0 if mode == 'max' else 1.0
+    rows.sort(key=lambda row: (row['metric'] is None, -(row['budget'] or 0),
+                               sign * (row['metric'] or 0.0), row['config_id']))
     for rank, row in enumerate(rows, 1):
         row['rank'] = rank
     return rows
 
 
-def summary_csv(rows):
+def summary_csv(rows, metric='mean_return'):
     parameters = sorted({name for row in rows for name in row['bindings']})
-    columns = (['rank', 'config_id'] + parameters +
-               ['mean_final_return', 'std_final_return', 'count', 'failed', 'mean_best_return'])
+    staged = any(row['rung'] is not None for row in rows)
+    columns = (['rank', 'config_id'] + parameters + (['rung', 'budget'] if staged else []) +
+               ['mean_final_return', 'std_final_return', 'count', 'failed', 'mean_best_return'] +
+               ([f'mean_{metric}'] if metric != 'mean_return' else []))
     text = io.StringIO()
     writer = csv.writer(text, lineterminator='\n')
     writer.writerow(columns)
     for row in rows:
-        values = {**row, **{name: row['bindings'].get(name) for name in parameters}}
+        values = {**row, **{name: row['bindings'].get(name) for name in parameters},
+                  f'mean_{metric}': row['metric']}
         writer.writerow(['' if values[column] is None else _csv_value(values[column])
                          for column in columns])
     return text.getvalue()
@@ -223,17 +269,12 @@ def _csv_value(value):
     return json.dumps(value) if isinstance(value, list | dict) else value
 
 
-def build(pipeline, pending, completed, settings, trial_ids, started_at):
-    """The sweep's pipeline: pending trials spread and trained, all results written."""
-    trained = (pipeline
-               | 'Trials' >> beam.Create(pending)
-               | 'Spread' >> beam.Reshuffle()
-               | 'Train' >> beam.ParDo(RunTrial(settings, trial_ids, started_at)))
-    earlier = pipeline | 'Completed' >> beam.Create(completed)
-    return ((trained, earlier)
-            | 'Results' >> beam.Flatten()
-            | 'Gather' >> beam.combiners.ToList()
-            | 'Write' >> beam.Map(write_outputs, settings.output_dir))
+def build(pipeline, work, settings, trial_ids, started_at):
+    """A stage's pipeline: its trials, [(trial, stop_at_step)], spread and trained."""
+    return (pipeline
+            | 'Trials' >> beam.Create(work)
+            | 'Spread' >> beam.Reshuffle()
+            | 'Train' >> beam.ParDo(RunTrial(settings, trial_ids, started_at)))
 
 
 def pipeline_options(beam_args):
@@ -336,12 +377,8 @@ def main(argv):
         output_dir=output_dir, gin_files=spec.gin_files, env_steps=spec.env_steps,
         timeout_s=spec.timeout_s, caller_directory=run_config.caller_directory(),
         threads=threads)
-    trials = spec.trials()
-    completed, pending = split_trials(output_dir, trials)
-    logging.info('Sweep of %d trials (%d configurations x %d seeds) into %s: %d done earlier, '
-                 '%d to train on %s%s.', len(trials), len(trials) // len(spec.seeds),
-                 len(spec.seeds), output_dir, len(completed), len(pending),
-                 options.view_as(StandardOptions).runner or 'DirectRunner',
+    runner = options.view_as(StandardOptions).runner or 'DirectRunner'
+    logging.info('%s into %s on %s%s.', describe(spec, output_dir), output_dir, runner,
                  f' with {workers} workers' if workers else '')
     # Local worker processes import this tree as the trainer does.
     os.environ['PYTHONPATH'] = run_config.python_path(os.environ.get('PYTHONPATH', ''))
@@ -349,39 +386,93 @@ def main(argv):
     # service; keep the first, with Beam's own chatter, at warnings.
     std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)
     started_at = time.time()
-    for attempt in range(1, FLAGS.pipeline_attempts + 1):
+
+    def train(work):
+        train_stage(work, settings, options, FLAGS.pipeline_attempts)
+
+    try:
+        with contextlib.ExitStack() as stack:
+            study = (stack.enter_context(search.Study(spec, output_dir)) if spec.search
+                     else None)
+            course = scheduler.run(spec, output_dir, train, study)
+    except StageError as error:
+        return f'sweep: error: {error}'
+    records = scheduler.annotate(course, [
+        trial_lib.read_result(output_dir, trial.id) or _missing(trial)
+        for trial in course.trials])
+    write_outputs(records, output_dir, spec.metric, spec.mode)
+    return report(output_dir, time.time() - started_at, spec.metric, spec.mode)
+
+
+def describe(spec, output_dir):
+    """The sweep's opening line: its trials, how it runs them and what is done already."""
+    seeds = len(spec.seeds)
+    if spec.search:
+        what = (f'Sweep of {spec.search.num_trials} configurations proposed by '
+                f'{spec.search.sampler} ({spec.search.parallel} at a time) x {seeds} seeds')
+    else:
+        trials = spec.trials()
+        done = sum(scheduler.reached(trial_lib.read_result(output_dir, trial.id),
+                                     spec.env_steps) for trial in trials)
+        what = (f'Sweep of {len(trials)} trials ({len(trials) // seeds} configurations x '
+                f'{seeds} seeds)')
+        if not spec.scheduler:
+            return f'{what}: {done} done earlier, {len(trials) - done} to train'
+    scheduler_spec = spec.scheduler
+    if scheduler_spec:
+        budgets = halving.rung_budgets(scheduler_spec.min_steps,
+                                       scheduler_spec.reduction_factor, spec.env_steps)
+        what += (f', {scheduler_spec.type.replace("_", " ")} by {spec.mode} {spec.metric} over '
+                 f'rungs of {", ".join(map(str, budgets))} env steps (the top '
+                 f'1/{scheduler_spec.reduction_factor} go on'
+                 + (f', {scheduler_spec.brackets} brackets)' if scheduler_spec.brackets > 1
+                    else ')'))
+    return what
+
+
+def _missing(trial):
+    """The record of a trial of the course that has no result (none can be read)."""
+    return trial_lib.failed_record(trial, 'no result.json: the trial never finished')
+
+
+def train_stage(work, settings, options, attempts):
+    """Trains [(trial, stop_at_step)] with Beam, rerunning the pipeline (only the trials it left
+    unfinished) while it fails; raises StageError after `attempts` failed runs."""
+    started_at = time.time()
+    trial_ids = [(trial.id, stop or settings.env_steps) for trial, stop in work]
+    pending = work
+    for attempt in range(1, attempts + 1):
         try:
             with beam.Pipeline(runner=default_runner(options), options=options) as pipeline:
-                build(pipeline, pending, completed, settings, [trial.id for trial in trials],
-                      started_at)
-            break
+                build(pipeline, pending, settings, trial_ids, started_at)
+            return
         except Exception as error:  # Runners raise their own types; Beam's message says why.
-            completed, pending = split_trials(output_dir, trials, started_at)
+            pending = split_work(settings, work, started_at)[1]
             reason = _first_line(error)
-            if attempt == FLAGS.pipeline_attempts:
-                return (f'sweep: error: the pipeline failed ({reason}) {attempt} times; '
-                        f'{len(pending)} trials unfinished. Rerun the same command to resume '
-                        'them.')
+            if attempt == attempts:
+                raise StageError(f'the pipeline failed ({reason}) {attempt} times; '
+                                 f'{len(pending)} trials unfinished. Rerun the same command to '
+                                 'resume them.') from None
             logging.warning('The pipeline failed (%s); %d trials unfinished: running them '
                             'again, each from its last checkpoint (attempt %d of %d).', reason,
-                            len(pending), attempt + 1, FLAGS.pipeline_attempts)
-    return report(output_dir, time.time() - started_at)
+                            len(pending), attempt + 1, attempts)
 
 
-def split_trials(output_dir, trials, started_at=None):
-    """(the result records of trials done, the trials to train) from the stored results.
+def split_work(settings, work, started_at=None):
+    """(the result records of trials done, the [(trial, stop_at_step)] to train) of a stage.
 
-    Done: `ok` trials and, with `started_at`, trials that failed since then (the pipeline of
-    this run already tried them); a rerun of the sweep retries failed trials.
+    Done: trials whose result reached their budget and, with `started_at`, trials that failed
+    since then (the pipeline of this stage already tried them).
     """
     completed, pending = [], []
-    for trial in trials:
-        record = trial_lib.read_result(output_dir, trial.id)
-        if record and (record['status'] == trial_lib.OK or (
-                started_at is not None and record.get('finished_at', 0) >= started_at)):
+    for trial, stop in work:
+        record = trial_lib.read_result(settings.output_dir, trial.id)
+        if scheduler.reached(record, stop or settings.env_steps) or (
+                record and started_at is not None and
+                record.get('finished_at', 0) >= started_at):
             completed.append(record)
         else:
-            pending.append(trial)
+            pending.append((trial, stop))
     return completed, pending
 
 
@@ -391,21 +482,23 @@ def _first_line(error):
     return f'{type(error).__name__}: {message}'[:300]
 
 
-def report(output_dir, wall_time):
+def report(output_dir, wall_time, metric='mean_return', mode='max'):
     """Logs the sweep's outcome; the exit status is 1 if a trial failed."""
     records = [json.loads(line) for line in run_dir.read_text(
         run_dir.join(output_dir, TRIALS_FILE)).splitlines() if line]
     failed = [record for record in records if record['status'] != trial_lib.OK]
-    rows = summarize(records)
+    rows = summarize(records, metric, mode)
     logging.info('Sweep done in %s: %d trials, %d ok, %d failed. Results: %s, %s.',
                  _format_seconds(wall_time), len(records), len(records) - len(failed),
                  len(failed), run_dir.join(output_dir, TRIALS_FILE),
                  run_dir.join(output_dir, SUMMARY_FILE))
     for row in rows[:3]:
         if row['mean_final_return'] is not None:
-            logging.info('#%d %s %s: final return %.1f +- %.1f over %d seeds', row['rank'],
+            budget = f' at {row["budget"]} env steps' if row['rung'] is not None else ''
+            logging.info('#%d %s %s: final return %.1f +- %.1f over %d seeds%s', row['rank'],
                          row['config_id'], json.dumps(row['bindings']),
-                         row['mean_final_return'], row['std_final_return'], row['count'])
+                         row['mean_final_return'], row['std_final_return'], row['count'],
+                         budget)
     for record in failed:
         logging.error('Trial %s failed: %s', record['id'], record['error'])
     if failed:

@@ -16,6 +16,21 @@ A spec names the base gin files, fixed bindings, the per-trial budget, the seeds
         PPO.clip_ratio: {uniform: [0.1, 0.3]}
         PPO.entropy_coef: {log_uniform: [1.0e-4, 1.0e-2]}
         PPO.num_epochs: {choice: [4, 10]}
+    scheduler:                               # optional: stop the worse trials early
+      type: successive_halving               # or hyperband (brackets: N)
+      min_steps: 5000                        # the first rung's budget
+      reduction_factor: 3                    # the top 1/3 of each rung go on
+      metric: mean_return                    # a field of the trainer's metrics.jsonl
+      mode: max
+
+Instead of grid and random, `search` proposes configurations with Optuna (pipelines/search.py):
+
+    search: {sampler: tpe, num_trials: 27, parallel: 3, seed: 0, parameters: {...}}
+
+with `parameters` as random's (plus int_uniform and int_log_uniform); a scheduler then prunes
+what it proposes. Successive halving (pipelines/halving.py) trains every configuration to
+`min_steps`, then each rung the top 1/reduction_factor of the last one `reduction_factor` times
+longer, up to budget.env_steps, continuing each trial from its checkpoint.
 
 Every mistake is a `SpecError` of the form `path:line: message`, raised before any trial starts:
 `load` checks the structure, `check_gin` parses every parameter and configuration with gin.
@@ -38,12 +53,19 @@ import re
 
 import yaml
 
-from agents.runs import run_config
+from agents.runs import metrics, run_config
+from pipelines import halving
 
 BUDGET_BINDING = 'train.total_steps'
 SEED_BINDING = 'train.seed'
-DISTRIBUTIONS = ('uniform', 'log_uniform', 'choice')
-FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random')
+DISTRIBUTIONS = ('uniform', 'log_uniform', 'choice', 'int_uniform', 'int_log_uniform')
+FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random', 'scheduler', 'search')
+SCHEDULERS = ('successive_halving', 'hyperband')
+SCHEDULER_FIELDS = ('type', 'min_steps', 'reduction_factor', 'metric', 'mode', 'brackets')
+SAMPLERS = ('tpe', 'random')
+SEARCH_FIELDS = ('sampler', 'num_trials', 'parallel', 'seed', 'metric', 'mode', 'parameters')
+MODES = ('max', 'min')
+DEFAULT_METRIC, DEFAULT_MODE = 'mean_return', 'max'
 SIGNIFICANT_DIGITS = 4  # Random draws are rounded, so ids and summaries stay readable.
 _PARAMETER = re.compile(r'^(?:[A-Za-z_][\w.]*/)*[A-Za-z_][\w.]*\.[A-Za-z_]\w*$')
 
@@ -64,6 +86,25 @@ class Trial:
 
 
 @dataclasses.dataclass(frozen=True)
+class Scheduler:
+    """Early stopping by successive halving; HyperBand runs `brackets` of it side by side."""
+    type: str  # One of SCHEDULERS.
+    min_steps: int  # The budget of the first rung (of the most aggressive bracket).
+    reduction_factor: int  # Each rung keeps the top 1/reduction_factor of the last one.
+    brackets: int  # 1 for successive halving.
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """Configurations proposed by an Optuna sampler (ask/tell), `parallel` at a time."""
+    sampler: str  # One of SAMPLERS.
+    num_trials: int  # Configurations proposed in all (each trained with every seed).
+    parallel: int  # Configurations proposed together, trained side by side.
+    seed: int
+    distributions: dict  # Parameter name -> (kind, arguments), as `Spec.distributions`.
+
+
+@dataclasses.dataclass(frozen=True)
 class Spec:
     """A parsed, structurally valid sweep spec."""
     path: str
@@ -76,7 +117,11 @@ class Spec:
     num_samples: int
     random_seed: int
     distributions: dict
-    lines: dict = dataclasses.field(compare=False, repr=False)
+    scheduler: Scheduler | None = None
+    search: Search | None = None
+    metric: str = DEFAULT_METRIC  # What the scheduler ranks and the search optimizes by.
+    mode: str = DEFAULT_MODE
+    lines: dict = dataclasses.field(compare=False, repr=False, default_factory=dict)
 
     def error(self, location, message):
         """A SpecError at the line of `location`, a path of keys into the YAML document."""
@@ -89,7 +134,13 @@ class Spec:
         return json.loads(json.dumps(fields, sort_keys=True))
 
     def configurations(self):
-        """The varied bindings of every configuration: grid points crossed with samples."""
+        """The varied bindings of every configuration: grid points crossed with samples.
+
+        A spec with `search` has its configurations proposed as the sweep goes
+        (pipelines/search.py) instead.
+        """
+        if self.search is not None:
+            raise ValueError('the configurations of a search are proposed by its sampler')
         names = sorted(self.grid)
         points = [dict(zip(names, values, strict=True))
                   for values in itertools.product(*(self.grid[name] for name in names))]
@@ -110,13 +161,7 @@ class Spec:
             kind, arguments = self.distributions[name]
             # Seeding with a string and random() are stable across Python versions.
             u = random.Random(f'{self.random_seed}/{index}/{name}').random()
-            if kind == 'choice':
-                values[name] = arguments[min(int(u * len(arguments)), len(arguments) - 1)]
-            elif kind == 'uniform':
-                values[name] = _round(arguments[0] + u * (arguments[1] - arguments[0]))
-            else:
-                low, high = math.log(arguments[0]), math.log(arguments[1])
-                values[name] = _round(math.exp(low + u * (high - low)))
+            values[name] = quantile(kind, arguments, u)
         return values
 
     def base_bindings(self):
@@ -126,16 +171,38 @@ class Spec:
 
     def trials(self):
         """Every trial, configurations in order, each with every seed."""
-        trials = []
-        for configuration in self.configurations():
-            gin_bindings = tuple(self.base_bindings() + [
-                gin_binding(name, value) for name, value in sorted(configuration.items())])
-            config_id = hashlib.sha256(json.dumps(
-                [list(self.gin_files), list(gin_bindings)]).encode()).hexdigest()[:8]
-            for seed in self.seeds:
-                trials.append(Trial(f'{config_id}-seed{seed}', config_id, len(trials), seed,
-                                    configuration, gin_bindings))
-        return trials
+        return [trial for index, configuration in enumerate(self.configurations())
+                for trial in self.trials_of(configuration, index)]
+
+    def trials_of(self, configuration, config_index):
+        """The trials (one per seed) of `configuration`, the `config_index`th of the sweep."""
+        gin_bindings = tuple(self.base_bindings() + [
+            gin_binding(name, value) for name, value in sorted(configuration.items())])
+        config_id = hashlib.sha256(json.dumps(
+            [list(self.gin_files), list(gin_bindings)]).encode()).hexdigest()[:8]
+        return [Trial(f'{config_id}-seed{seed}', config_id, config_index * len(self.seeds) + k,
+                      seed, configuration, gin_bindings)
+                for k, seed in enumerate(self.seeds)]
+
+    def varied_distributions(self):
+        """The distributions configurations are drawn from: the search's, else random's."""
+        return self.search.distributions if self.search else self.distributions
+
+
+def quantile(kind, arguments, u):
+    """The value of distribution (kind, arguments) at `u` in [0, 1): a draw for a uniform `u`."""
+    if kind == 'choice':
+        return arguments[min(int(u * len(arguments)), len(arguments) - 1)]
+    low, high = arguments
+    if kind == 'uniform':
+        return round_draw(low + u * (high - low))
+    if kind == 'log_uniform':
+        return round_draw(math.exp(math.log(low) + u * (math.log(high) - math.log(low))))
+    if kind == 'int_uniform':
+        return min(low + int(u * (high - low + 1)), high)
+    # int_log_uniform: log-uniform over [low - 0.5, high + 0.5), rounded, as Optuna's.
+    value = math.exp(math.log(low - 0.5) + u * (math.log(high + 0.5) - math.log(low - 0.5)))
+    return min(max(round(value), low), high)
 
 
 def gin_binding(name, value):
@@ -170,6 +237,12 @@ def load(path, name=None):
     except OSError as error:
         raise SpecError(f'{name}: cannot read the sweep spec: {error.strerror or error}') from None
     return parse(text, name)
+
+
+def document(text, path='<spec>'):
+    """The YAML document of spec text as `parse` reads it (YAML 1.2 floats), unchecked: for
+    tools that derive specs from a spec."""
+    return _read_yaml(text, path)[0]
 
 
 def parse(text, path='<spec>'):
@@ -237,17 +310,29 @@ def parse(text, path='<spec>'):
             raise error(('grid', name), f'grid parameter {name} repeats a value: {values}')
 
     num_samples, random_seed, distributions = _random(document, error)
+    search = _search(document, error)
+    if search is not None:
+        for other in ('grid', 'random'):
+            if other in document:
+                raise error((other,), f'{other} and search exclude each other: search proposes '
+                            'every configuration; give its parameters under search.parameters '
+                            '(a grid\'s values as {choice: [...]})')
+    scheduler = _scheduler(document, env_steps, error)
+    metric, mode = _objective(document, error)
 
     fixed = set(bindings)
-    for name in list(grid) + list(distributions):
-        where = ('grid', name) if name in grid else ('random', 'parameters', name)
+    searched = search.distributions if search else {}
+    where_varied = {**{name: ('search', 'parameters', name) for name in searched},
+                    **{name: ('random', 'parameters', name) for name in distributions},
+                    **{name: ('grid', name) for name in grid}}
+    for name in list(grid) + list(distributions) + list(searched):
+        where = where_varied[name]
         if name in fixed:
             raise error(where, f'{name} is both fixed in bindings and varied')
         if name in grid and name in distributions:
             raise error(where, f'{name} is varied by both grid and random')
-    for name in list(bindings) + list(grid) + list(distributions):
-        where = (('bindings', name) if name in bindings else ('grid', name) if name in grid
-                 else ('random', 'parameters', name))
+    for name in list(bindings) + list(where_varied):
+        where = ('bindings', name) if name in bindings else where_varied[name]
         if name == BUDGET_BINDING:
             raise error(where, f'{BUDGET_BINDING} is set by budget.env_steps')
         if name == SEED_BINDING:
@@ -256,7 +341,8 @@ def parse(text, path='<spec>'):
     return Spec(path=path, gin_files=tuple(gin_files), bindings=bindings, env_steps=env_steps,
                 timeout_s=float(timeout_s) if timeout_s is not None else None,
                 seeds=tuple(seeds), grid=grid, num_samples=num_samples,
-                random_seed=random_seed, distributions=distributions, lines=lines)
+                random_seed=random_seed, distributions=distributions, scheduler=scheduler,
+                search=search, metric=metric, mode=mode, lines=lines)
 
 
 def check_gin(spec):
@@ -291,12 +377,19 @@ def check_gin(spec):
     for name, values in spec.grid.items():
         for index, value in enumerate(values):
             check([gin_binding(name, value)], ('grid', name, index), f'grid parameter {name}')
-    for name, (kind, arguments) in spec.distributions.items():
+    section = 'search' if spec.search else 'random'
+    for name, (kind, arguments) in spec.varied_distributions().items():
         for value in (arguments if kind == 'choice' else arguments[:1]):
-            check([gin_binding(name, value)], ('random', 'parameters', name),
-                  f'random parameter {name}')
-    for trial in spec.trials()[::len(spec.seeds)]:
-        check(trial.gin_bindings, ('grid',) if spec.grid else ('random',),
+            check([gin_binding(name, value)], (section, 'parameters', name),
+                  f'{section} parameter {name}')
+    if spec.search:  # One configuration: the first value of every distribution.
+        configurations = [{name: arguments[0] for name, (_, arguments) in
+                           spec.search.distributions.items()}]
+    else:
+        configurations = spec.configurations()
+    for index, configuration in enumerate(configurations):
+        trial = spec.trials_of(configuration, index)[0]
+        check(trial.gin_bindings, ('grid',) if spec.grid else (section,),
               f'configuration {trial.config_id} ({json.dumps(trial.bindings)})')
 
 
@@ -344,8 +437,117 @@ def _random(document, error):
     return num_samples, seed, distributions
 
 
+def _scheduler(document, env_steps, error):
+    if 'scheduler' not in document:
+        return None
+    scheduler = document['scheduler']
+    where = ('scheduler',)
+    if not isinstance(scheduler, dict):
+        raise error(where, 'scheduler must be a mapping such as {type: successive_halving, '
+                    'min_steps: N, reduction_factor: 3}')
+    _known_fields(scheduler, SCHEDULER_FIELDS, where, error)
+    kind = scheduler.get('type')
+    if kind not in SCHEDULERS:
+        raise error(where + ('type',) if 'type' in scheduler else where,
+                    f'unknown scheduler type {kind!r}; expected one of {", ".join(SCHEDULERS)}')
+    min_steps = scheduler.get('min_steps')
+    if not _is_int(min_steps) or min_steps < 1:
+        raise error(where + ('min_steps',) if 'min_steps' in scheduler else where,
+                    f'scheduler.min_steps must be a positive integer, got {min_steps!r}')
+    if min_steps >= env_steps:
+        raise error(where + ('min_steps',), f'scheduler.min_steps ({min_steps}) must be below '
+                    f'budget.env_steps ({env_steps}): it is the budget of the first rung, which '
+                    'stops short of the full budget')
+    factor = scheduler.get('reduction_factor', 3)
+    if not _is_int(factor) or factor < 2:
+        raise error(where + ('reduction_factor',), 'scheduler.reduction_factor must be an '
+                    f'integer >= 2 (each rung keeps the top 1/reduction_factor), got {factor!r}')
+    rungs = len(halving.rung_budgets(min_steps, factor, env_steps))
+    if kind == 'successive_halving':
+        if 'brackets' in scheduler:
+            raise error(where + ('brackets',), 'brackets is an option of type: hyperband')
+        brackets = 1
+    else:
+        brackets = scheduler.get('brackets', rungs)
+        if not _is_int(brackets) or not 1 <= brackets <= rungs:
+            raise error(where + ('brackets',), f'scheduler.brackets must be an integer from 1 '
+                        f'to {rungs}, the number of rungs from min_steps to budget.env_steps; '
+                        f'got {brackets!r}')
+        if brackets > 1 and 'search' in document:
+            raise error(where + ('type',), 'hyperband with search is not supported: search '
+                        'models one budget, the first rung; use type: successive_halving')
+    return Scheduler(type=kind, min_steps=min_steps, reduction_factor=factor, brackets=brackets)
+
+
+def _search(document, error):
+    if 'search' not in document:
+        return None
+    search = document['search']
+    where = ('search',)
+    if not isinstance(search, dict):
+        raise error(where, 'search must be a mapping such as {sampler: tpe, num_trials: 27, '
+                    'parallel: 3, parameters: {...}}')
+    _known_fields(search, SEARCH_FIELDS, where, error)
+    sampler = search.get('sampler')
+    if sampler not in SAMPLERS:
+        raise error(where + ('sampler',) if 'sampler' in search else where,
+                    f'unknown sampler {sampler!r}; expected one of {", ".join(SAMPLERS)}')
+    values = {}
+    for key in ('num_trials', 'parallel'):
+        value = search.get(key)
+        if not _is_int(value) or value < 1:
+            raise error(where + (key,) if key in search else where,
+                        f'search.{key} must be a positive integer, got {value!r}')
+        values[key] = value
+    if values['num_trials'] < values['parallel']:
+        raise error(where + ('num_trials',), f'search.num_trials ({values["num_trials"]}) must '
+                    f'be at least search.parallel ({values["parallel"]}), the configurations '
+                    'proposed at once')
+    seed = search.get('seed', 0)
+    if not _is_int(seed) or seed < 0:
+        raise error(where + ('seed',), f'search.seed must be an integer >= 0, got {seed!r}')
+    parameters = _parameters(search.get('parameters'), where + ('parameters',), error)
+    if not parameters:
+        raise error(where + ('parameters',) if 'parameters' in search else where,
+                    'search.parameters must map gin parameters to distributions')
+    distributions = {name: _distribution(spec, where + ('parameters', name), name, error)
+                     for name, spec in parameters.items()}
+    return Search(sampler=sampler, seed=seed, distributions=distributions, **values)
+
+
+def _objective(document, error):
+    """(metric, mode) from the scheduler and the search, which must agree."""
+    chosen = {}
+    for field in ('scheduler', 'search'):
+        section = document.get(field)
+        if not isinstance(section, dict):
+            continue
+        for key, default, choices in (('metric', DEFAULT_METRIC, metrics.EVALUATION_METRICS),
+                                      ('mode', DEFAULT_MODE, MODES)):
+            value = section.get(key, default)
+            if value not in choices:
+                what = ('not a metric the trainer writes (in metrics.jsonl)' if key == 'metric'
+                        else 'not a mode')
+                raise error((field, key), f'{field}.{key}: {value!r} is {what}; expected one '
+                            f'of {", ".join(choices)}')
+            if key in chosen and chosen[key] != value:
+                raise error((field, key), f'search.{key} ({value}) differs from '
+                            f'scheduler.{key} ({chosen[key]}): the search optimizes what the '
+                            'scheduler ranks by')
+            chosen[key] = value
+    return chosen.get('metric', DEFAULT_METRIC), chosen.get('mode', DEFAULT_MODE)
+
+
+def _known_fields(section, known, where, error):
+    for key in section:
+        if key not in known:
+            raise error(where + (key,), f'unknown {where[-1]} field {key!r}; expected one of '
+                        f'{", ".join(known)}')
+
+
 def _distribution(spec, location, name, error):
-    usage = ('{uniform: [low, high]}, {log_uniform: [low, high]} (0 < low) or '
+    usage = ('{uniform: [low, high]}, {log_uniform: [low, high]} (0 < low), '
+             '{int_uniform: [low, high]}, {int_log_uniform: [low, high]} (0 < low) or '
              '{choice: [value, ...]}')
     if not isinstance(spec, dict) or len(spec) != 1:
         raise error(location, f'{name}: a distribution is one of {usage}')
@@ -365,8 +567,13 @@ def _distribution(spec, location, name, error):
     low, high = arguments
     if not low < high:
         raise error(location + (kind,), f'{name}: {kind} needs low < high, got [{low}, {high}]')
-    if kind == 'log_uniform' and low <= 0:
-        raise error(location + (kind,), f'{name}: log_uniform needs 0 < low, got {low}')
+    if kind.endswith('log_uniform') and low <= 0:
+        raise error(location + (kind,), f'{name}: {kind} needs 0 < low, got {low}')
+    if kind.startswith('int_'):
+        if not (_is_int(low) and _is_int(high)):
+            raise error(location + (kind,), f'{name}: {kind} needs integer bounds, got '
+                        f'[{low}, {high}]')
+        return kind, [low, high]
     return kind, [float(low), float(high)]
 
 
@@ -402,7 +609,8 @@ def _is_number(value):
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _round(value):
+def round_draw(value):
+    """A drawn float to SIGNIFICANT_DIGITS: readable ids and summaries."""
     return float(f'{value:.{SIGNIFICANT_DIGITS}g}')
 
 

@@ -4,7 +4,7 @@ import textwrap
 
 from absl.testing import absltest, parameterized
 
-from pipelines import sweep_spec
+from pipelines import halving, sweep_spec
 
 BASE = """\
 gin_files: [configs/pendulum.gin]
@@ -152,6 +152,67 @@ class RandomTest(absltest.TestCase):
                               [{'PPO.num_epochs': 4}, {'PPO.num_epochs': 10}])
 
 
+class SchedulerAndSearchTest(absltest.TestCase):
+
+    def test_successive_halving_defaults(self):
+        spec = parse('grid: {PPO.learning_rate: [0.001]}\n'
+                     'scheduler: {type: successive_halving, min_steps: 100}\n')
+        self.assertEqual(spec.scheduler, sweep_spec.Scheduler(
+            type='successive_halving', min_steps=100, reduction_factor=3, brackets=1))
+        self.assertEqual((spec.metric, spec.mode), ('mean_return', 'max'))
+        # The trials and their ids are those of the same spec without a scheduler.
+        plain = parse('grid: {PPO.learning_rate: [0.001]}\n')
+        self.assertEqual(spec.trials(), plain.trials())
+
+    def test_hyperband_takes_every_bracket_by_default(self):
+        spec = parse('scheduler: {type: hyperband, min_steps: 100, metric: mean_length, '
+                     'mode: min}\n')
+        # Rungs of 100, 300, 900 and 2048 steps: four brackets.
+        self.assertEqual(spec.scheduler.brackets, 4)
+        self.assertEqual(halving.rung_budgets(100, 3, 2048), [100, 300, 900, 2048])
+        self.assertEqual((spec.metric, spec.mode), ('mean_length', 'min'))
+
+    def test_search(self):
+        spec = parse("""
+            search:
+              sampler: tpe
+              num_trials: 9
+              parallel: 3
+              parameters:
+                PPO.learning_rate: {log_uniform: [1e-4, 1e-2]}
+                PPO.num_epochs: {int_uniform: [3, 12]}
+            """)
+        self.assertEqual(spec.search, sweep_spec.Search(
+            sampler='tpe', num_trials=9, parallel=3, seed=0, distributions={
+                'PPO.learning_rate': ('log_uniform', [1e-4, 1e-2]),
+                'PPO.num_epochs': ('int_uniform', [3, 12])}))
+        with self.assertRaisesRegex(ValueError, 'proposed by its sampler'):
+            spec.configurations()
+        trials = spec.trials_of({'PPO.learning_rate': 0.001, 'PPO.num_epochs': 4}, 2)
+        self.assertEqual([trial.index for trial in trials], [2])
+
+    def test_integer_distributions_in_random(self):
+        spec = parse("""
+            random:
+              num_samples: 300
+              parameters:
+                PPO.num_epochs: {int_uniform: [3, 6]}
+                PPO.num_minibatches: {int_log_uniform: [1, 64]}
+            """)
+        configurations = spec.configurations()
+        self.assertEqual({c['PPO.num_epochs'] for c in configurations}, {3, 4, 5, 6})
+        batches = [c['PPO.num_minibatches'] for c in configurations]
+        self.assertTrue(all(isinstance(b, int) and 1 <= b <= 64 for b in batches))
+        # Quantiles: uniform over the integers; log-uniform over [low - 0.5, high + 0.5).
+        grid = [(k + 0.5) / 1000 for k in range(1000)]
+        counts = [sum(sweep_spec.quantile('int_uniform', [3, 6], u) == v for u in grid)
+                  for v in (3, 4, 5, 6)]
+        self.assertEqual(counts, [250, 250, 250, 250])
+        logs = [sweep_spec.quantile('int_log_uniform', [1, 64], u) for u in grid]
+        self.assertEqual((min(logs), max(logs)), (1, 64))
+        self.assertBetween(sum(value <= 8 for value in logs), 450, 600)  # About half.
+
+
 class BadSpecTest(parameterized.TestCase):
 
     @parameterized.named_parameters(
@@ -210,6 +271,60 @@ class BadSpecTest(parameterized.TestCase):
         ('zero_seeds', BASE + 'seeds: 0\n', 3, 'seeds must be a positive count'),
         ('infinite_value', BASE + 'grid:\n  PPO.clip_ratio: [.inf]\n', 4, 'not a finite number'),
         ('not_a_mapping', '- gin_files\n', 1, 'a sweep spec is a mapping'),
+        ('unknown_scheduler', BASE + 'scheduler:\n  type: asha\n  min_steps: 100\n', 4,
+         "unknown scheduler type 'asha'; expected one of successive_halving, hyperband"),
+        ('scheduler_without_type', BASE + 'scheduler: {min_steps: 100}\n', 3,
+         'unknown scheduler type None'),
+        ('unknown_scheduler_field', BASE + 'scheduler:\n  type: hyperband\n  min_step: 1\n', 5,
+         "unknown scheduler field 'min_step'"),
+        ('min_steps_above_budget', BASE + 'scheduler:\n  type: successive_halving\n'
+         '  min_steps: 4096\n', 5, 'scheduler.min_steps (4096) must be below budget.env_steps '
+         '(2048)'),
+        ('min_steps_at_budget', BASE + 'scheduler: {type: successive_halving, min_steps: 2048}\n',
+         3, 'must be below budget.env_steps'),
+        ('reduction_factor_one', BASE + 'scheduler:\n  type: successive_halving\n'
+         '  min_steps: 100\n  reduction_factor: 1\n', 6,
+         'scheduler.reduction_factor must be an integer >= 2'),
+        ('fractional_reduction_factor', BASE + 'scheduler: {type: successive_halving, '
+         'min_steps: 100, reduction_factor: 2.5}\n', 3, 'must be an integer >= 2'),
+        ('unknown_metric', BASE + 'scheduler:\n  type: successive_halving\n  min_steps: 100\n'
+         '  metric: reward\n', 6, "scheduler.metric: 'reward' is not a metric the trainer "
+         'writes (in metrics.jsonl); expected one of mean_return'),
+        ('step_is_no_metric', BASE + 'scheduler: {type: successive_halving, min_steps: 100, '
+         'metric: step}\n', 3, "'step' is not a metric the trainer writes"),
+        ('unknown_mode', BASE + 'scheduler:\n  type: successive_halving\n  min_steps: 100\n'
+         '  mode: maximize\n', 6, "scheduler.mode: 'maximize' is not a mode; expected one of "
+         'max, min'),
+        ('brackets_of_halving', BASE + 'scheduler:\n  type: successive_halving\n'
+         '  min_steps: 100\n  brackets: 2\n', 6, 'brackets is an option of type: hyperband'),
+        ('too_many_brackets', BASE + 'scheduler:\n  type: hyperband\n  min_steps: 1000\n'
+         '  brackets: 3\n', 6, 'scheduler.brackets must be an integer from 1 to 2'),
+        ('unknown_sampler', BASE + 'search:\n  sampler: cmaes\n  num_trials: 4\n'
+         '  parallel: 2\n  parameters: {PPO.clip_ratio: {uniform: [0.1, 0.3]}}\n', 4,
+         "unknown sampler 'cmaes'; expected one of tpe, random"),
+        ('fewer_trials_than_parallel', BASE + 'search:\n  sampler: tpe\n  num_trials: 2\n'
+         '  parallel: 4\n  parameters: {PPO.clip_ratio: {uniform: [0.1, 0.3]}}\n', 5,
+         'search.num_trials (2) must be at least search.parallel (4)'),
+        ('zero_parallel', BASE + 'search:\n  sampler: tpe\n  num_trials: 2\n  parallel: 0\n'
+         '  parameters: {PPO.clip_ratio: {uniform: [0.1, 0.3]}}\n', 6,
+         'search.parallel must be a positive integer, got 0'),
+        ('search_without_parameters', BASE + 'search: {sampler: tpe, num_trials: 2, '
+         'parallel: 1}\n', 3, 'search.parameters must map gin parameters to distributions'),
+        ('search_and_grid', BASE + 'grid:\n  PPO.clip_ratio: [0.1]\nsearch:\n  sampler: tpe\n'
+         '  num_trials: 2\n  parallel: 1\n  parameters: {PPO.num_epochs: {choice: [1]}}\n',
+         3, 'grid and search exclude each other'),
+        ('search_and_halving_metrics_differ', BASE + 'scheduler:\n  type: successive_halving\n'
+         '  min_steps: 100\nsearch:\n  sampler: tpe\n  num_trials: 2\n  parallel: 1\n'
+         '  metric: mean_length\n  parameters: {PPO.num_epochs: {choice: [1]}}\n', 10,
+         'search.metric (mean_length) differs from scheduler.metric (mean_return)'),
+        ('hyperband_with_search', BASE + 'scheduler:\n  type: hyperband\n  min_steps: 100\n'
+         'search:\n  sampler: tpe\n  num_trials: 2\n  parallel: 1\n'
+         '  parameters: {PPO.num_epochs: {choice: [1]}}\n', 4, 'hyperband with search is not '
+         'supported'),
+        ('int_uniform_of_floats', BASE + 'random:\n  num_samples: 2\n  parameters:\n'
+         '    PPO.num_epochs: {int_uniform: [1.5, 4]}\n', 6, 'int_uniform needs integer bounds'),
+        ('int_log_uniform_of_zero', BASE + 'random:\n  num_samples: 2\n  parameters:\n'
+         '    PPO.num_epochs: {int_log_uniform: [0, 4]}\n', 6, 'int_log_uniform needs 0 < low'),
     )
     def test_names_the_line(self, text, line, message):
         with self.assertRaises(sweep_spec.SpecError) as caught:

@@ -383,7 +383,7 @@ class OutputsTest(absltest.TestCase):
             os.makedirs(os.path.join(output_dir, item['logdir']))
             with open(os.path.join(output_dir, item['logdir'], 'result.json'), 'w') as f:
                 json.dump(item, f)
-        ids = ['a-seed0', 'b-seed0', 'c-seed0', 'd-seed0']
+        ids = [('a-seed0', 2048), ('b-seed0', 2048), ('c-seed0', 2048), ('d-seed0', 2048)]
         # Two trials finished in the 60 s since the run started at 90: two left, 60 s to go.
         self.assertEqual(sweep.progress(output_dir, ids, started_at=90.0, now=150.0),
                          '2/4 trials done, 1 failed, ETA 0:01:00')
@@ -391,28 +391,38 @@ class OutputsTest(absltest.TestCase):
                          '1/4 trials done, 0 failed, ETA ?')
 
 
-class SplitTrialsTest(absltest.TestCase):
+class SplitWorkTest(absltest.TestCase):
 
     def test_done_trials_and_trials_to_train(self):
         output_dir = self.create_tempdir().full_path
-        spec = sweep_spec.parse(TINY + 'grid: {PPO.learning_rate: [1.0, 2.0, 3.0, 4.0]}\n', 's')
+        spec = sweep_spec.parse(TINY + 'grid: {PPO.learning_rate: [1.0, 2.0, 3.0, 4.0, 5.0]}\n',
+                                's')
         trials = spec.trials()
-        stored = {trials[0].id: ('ok', 50.0), trials[1].id: ('failed', 50.0),
-                  trials[2].id: ('failed', 150.0)}  # trials[3] has no result.
-        for trial_id, (status, finished_at) in stored.items():
+        settings = trial.Settings(output_dir=output_dir, gin_files=spec.gin_files,
+                                  env_steps=spec.env_steps)
+        stored = {trials[0].id: ('ok', 50.0, None), trials[1].id: ('failed', 50.0, None),
+                  trials[2].id: ('failed', 150.0, None),
+                  trials[4].id: ('ok', 50.0, 1024)}  # trials[3] has no result.
+        for trial_id, (status, finished_at, budget) in stored.items():
             path = os.path.join(output_dir, 'trials', trial_id, 'result.json')
             os.makedirs(os.path.dirname(path))
             with open(path, 'w') as f:
-                json.dump({'id': trial_id, 'status': status, 'finished_at': finished_at}, f)
-        # A new run of the sweep retrains every trial that is not ok.
-        done, pending = sweep.split_trials(output_dir, trials)
+                json.dump({'id': trial_id, 'status': status, 'finished_at': finished_at,
+                           'budget': budget or spec.env_steps}, f)
+        work = [(t, None) for t in trials]
+        # A new run of the sweep retrains every trial that is not ok, and the one whose result
+        # is of an earlier rung (1024 steps) when it is to train to the full budget.
+        done, pending = sweep.split_work(settings, work)
         self.assertEqual([r['id'] for r in done], [trials[0].id])
-        self.assertEqual(pending, trials[1:])
+        self.assertEqual(pending, work[1:])
+        # ... but not when it is to train to that rung.
+        done, pending = sweep.split_work(settings, work[:4] + [(trials[4], 1024)])
+        self.assertEqual([r['id'] for r in done], [trials[0].id, trials[4].id])
         # A pipeline rerun within a run that started at 100 retrains only the unfinished ones:
         # a trial that failed since then already had its try.
-        done, pending = sweep.split_trials(output_dir, trials, started_at=100.0)
+        done, pending = sweep.split_work(settings, work[:4], started_at=100.0)
         self.assertEqual([r['id'] for r in done], [trials[0].id, trials[2].id])
-        self.assertEqual(pending, [trials[1], trials[3]])
+        self.assertEqual(pending, [work[1], work[3]])
 
 
 class OutputDirTest(absltest.TestCase):
@@ -448,6 +458,31 @@ class OutputDirTest(absltest.TestCase):
             other, other_text = self.spec(extra)
             with self.assertRaisesRegex(sweep.SweepError, 'holds a sweep of a different spec'):
                 sweep.prepare_output_dir(self.output_dir, other, other_text)
+        with open(os.path.join(self.output_dir, 'sweep_spec.yaml')) as f:
+            self.assertEqual(f.read(), text)
+
+    def test_refuses_a_changed_scheduler_at_its_line(self):
+        halving = ('grid: {PPO.learning_rate: [0.1, 0.2]}\n'
+                   'scheduler:\n  type: successive_halving\n  min_steps: 1024\n')
+        spec, text = self.spec(halving)
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+        for changed in (halving + '  reduction_factor: 2\n',
+                        halving.replace('successive_halving', 'hyperband'),
+                        halving + '  metric: mean_length\n  mode: min\n'):
+            other, other_text = self.spec(changed)
+            line = other_text.splitlines().index('scheduler:') + 1
+            with self.assertRaisesRegex(
+                    sweep_spec.SpecError,
+                    rf'^spec.yaml:{line}: the scheduler differs from the one output_dir '
+                    rf'{re.escape(self.output_dir)} was started with \(\{{"brackets": 1, '
+                    r'"min_steps": 1024, "reduction_factor": 3, "type": "successive_halving"}\): '
+                    'a resumed '
+                    'sweep keeps its scheduler'):
+                sweep.prepare_output_dir(self.output_dir, other, other_text)
+        # Dropped, it is refused too (at the top of the spec, where it is missing).
+        other, other_text = self.spec('grid: {PPO.learning_rate: [0.1, 0.2]}\n')
+        with self.assertRaisesRegex(sweep_spec.SpecError, '^spec.yaml:1: the scheduler differs'):
+            sweep.prepare_output_dir(self.output_dir, other, other_text)
         with open(os.path.join(self.output_dir, 'sweep_spec.yaml')) as f:
             self.assertEqual(f.read(), text)
 

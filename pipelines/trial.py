@@ -70,25 +70,30 @@ def read_result(output_dir, trial_id):
         return None
 
 
-def run(trial, settings):
+def run(trial, settings, stop_at_step=None):
     """Trains `trial` (a sweep_spec.Trial); returns its result record, also stored beside it.
 
-    Failures of the trial are results (`status: failed` with the error), not exceptions.
+    With `stop_at_step`, the trainer stops there (a rung of successive halving) and a later call
+    continues the run from that checkpoint; its configuration (and so its schedules) stays that
+    of the full budget. Failures of the trial are results (`status: failed` with the error),
+    not exceptions.
     """
     logdir = trial_dir(settings.output_dir, trial.id)
+    budget = stop_at_step or settings.env_steps
     if run_dir.is_remote(logdir):
-        return _run_in_bucket(trial, settings, logdir)
+        return _run_in_bucket(trial, settings, logdir, budget)
     os.makedirs(logdir, exist_ok=True)
     lock = _lock(logdir)
     if lock is None:
-        return _record(trial, FAILED, 0.0, error=f'trial {trial.id} is being trained by '
-                       f'another process (its logdir {logdir} is locked)')
+        return _record(trial, FAILED, 0.0, budget, error=f'trial {trial.id} is being trained '
+                       f'by another process (its logdir {logdir} is locked)')
     try:
         _remove_previous_attempt(logdir)
         began = time.time()
-        returncode, output, timed_out = _train(trial, settings, logdir, lock)
+        returncode, output, timed_out = _train(trial, settings, logdir, budget, lock)
         wall_time = time.time() - began
-        record = _result(trial, settings, logdir, returncode, output, timed_out, wall_time)
+        record = _result(trial, settings, logdir, budget, returncode, output, timed_out,
+                         wall_time)
         with open(os.path.join(logdir, LOG_FILE), 'a', encoding='utf-8') as log:
             log.write(_log_entry(record, wall_time, output))
         run_config.write_atomic(os.path.join(logdir, RESULT_FILE), json.dumps(record) + '\n')
@@ -97,7 +102,7 @@ def run(trial, settings):
         os.close(lock)
 
 
-def _run_in_bucket(trial, settings, logdir):
+def _run_in_bucket(trial, settings, logdir, budget):
     """`run` for a trial directory in a bucket, which the trainer uses as its logdir."""
     log_path = run_dir.join(logdir, LOG_FILE)
     try:
@@ -107,9 +112,11 @@ def _run_in_bucket(trial, settings, logdir):
     run_dir.delete([run_dir.join(logdir, RESULT_FILE)])  # An earlier attempt's commit marker.
     began = time.time()
     with _LogUploader(log_path, earlier_log) as log:
-        returncode, output, timed_out = _train(trial, settings, logdir, None, log.follow)
+        returncode, output, timed_out = _train(trial, settings, logdir, budget, None,
+                                               log.follow)
         wall_time = time.time() - began
-        record = _result(trial, settings, logdir, returncode, output, timed_out, wall_time)
+        record = _result(trial, settings, logdir, budget, returncode, output, timed_out,
+                         wall_time)
         log.finish(_log_entry(record, wall_time, output))
     run_dir.write_text(run_dir.join(logdir, RESULT_FILE), json.dumps(record) + '\n')
     return record
@@ -166,12 +173,13 @@ def _log_entry(record, wall_time, output):
             f'{wall_time:.1f} s ===\n{output}\n')
 
 
-def trainer_command(trial, settings, logdir):
-    """The trainer's command line for `trial`, as a user would type it."""
+def trainer_command(trial, settings, logdir, budget=None):
+    """The trainer's command line for `trial` to `budget` steps, as a user would type it."""
+    stop = [f'--stop_at_step={budget}'] if budget and budget < settings.env_steps else []
     return ([sys.executable, '-m', settings.trainer_module] +
             [f'--gin_file={path}' for path in settings.gin_files] +
             [f'--gin_bindings={binding}' for binding in trial.gin_bindings] +
-            [f'--logdir={logdir}', f'--seed={trial.seed}'])
+            [f'--logdir={logdir}', f'--seed={trial.seed}'] + stop)
 
 
 def trainer_environment(settings):
@@ -184,7 +192,7 @@ def trainer_environment(settings):
     return env
 
 
-def _train(trial, settings, logdir, lock, follow_output=None):
+def _train(trial, settings, logdir, budget, lock, follow_output=None):
     """Runs the trainer; returns (returncode, its output, whether it timed out).
 
     `follow_output`, if given, is told the path of the file the output goes to.
@@ -192,7 +200,7 @@ def _train(trial, settings, logdir, lock, follow_output=None):
     # Appended to by the trainer (O_APPEND), read through its own descriptor meanwhile.
     with tempfile.NamedTemporaryFile(mode='ab', prefix='trial-output-') as output:
         process = subprocess.Popen(
-            _supervised(trainer_command(trial, settings, logdir)), stdout=output,
+            _supervised(trainer_command(trial, settings, logdir, budget)), stdout=output,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=trainer_environment(settings), start_new_session=True,
             pass_fds=(lock,) if lock is not None else ())
@@ -215,30 +223,33 @@ def _read_all(path):
         return f.read().decode('utf-8', errors='replace')
 
 
-def _result(trial, settings, logdir, returncode, output, timed_out, wall_time):
+def _result(trial, settings, logdir, budget, returncode, output, timed_out, wall_time):
     if timed_out:
-        return _record(trial, FAILED, wall_time, error=f'timed out after {settings.timeout_s:g} '
-                       f's; its process group was killed\n{_tail(output)}')
+        return _record(trial, FAILED, wall_time, budget, error=f'timed out after '
+                       f'{settings.timeout_s:g} s; its process group was killed\n{_tail(output)}')
     if returncode < 0:
-        return _record(trial, FAILED, wall_time, error=f'trainer killed by '
+        return _record(trial, FAILED, wall_time, budget, error=f'trainer killed by '
                        f'{signal.Signals(-returncode).name}\n{_tail(output)}')
     if returncode:
-        return _record(trial, FAILED, wall_time,
+        return _record(trial, FAILED, wall_time, budget,
                        error=f'trainer exited with status {returncode}\n{_tail(output)}')
     evaluations = read_metrics(logdir)
     if not evaluations:
-        return _record(trial, FAILED, wall_time, error=f'no evaluation in {METRICS_FILE}')
+        return _record(trial, FAILED, wall_time, budget, error=f'no evaluation in {METRICS_FILE}')
     returns = [evaluation.get('mean_return') for evaluation in evaluations]
     final, steps = returns[-1], evaluations[-1].get('step')
     finite = [value for value in returns if _is_finite(value)]
-    record = _record(trial, OK, wall_time, final_return=final if _is_finite(final) else None,
-                     best_return=max(finite) if finite else None, env_steps=steps)
+    record = _record(trial, OK, wall_time, budget,
+                     final_return=final if _is_finite(final) else None,
+                     best_return=max(finite) if finite else None, env_steps=steps,
+                     final_metrics={name: value for name, value in evaluations[-1].items()
+                                    if name in metrics.EVALUATION_METRICS and _is_finite(value)})
     if len(finite) < len(returns):
         bad = next(e.get('step') for e in evaluations if not _is_finite(e.get('mean_return')))
         record.update(status=FAILED, error=f'non-finite evaluation return at step {bad}')
-    elif not isinstance(steps, int) or steps < settings.env_steps:
+    elif not isinstance(steps, int) or steps < budget:
         record.update(status=FAILED, error=f'trainer stopped at step {steps}, before the budget '
-                      f'of {settings.env_steps} steps')
+                      f'of {budget} steps')
     return record
 
 
@@ -247,16 +258,22 @@ def read_metrics(logdir):
     return metrics.evaluations(run_dir.join(logdir, METRICS_FILE))
 
 
-def _record(trial, status, wall_time, final_return=None, best_return=None, env_steps=None,
-            error=None):
+def _record(trial, status, wall_time, budget, final_return=None, best_return=None,
+            env_steps=None, final_metrics=None, error=None):
     return {
         'id': trial.id, 'config_id': trial.config_id, 'index': trial.index,
         'bindings': trial.bindings, 'seed': trial.seed, 'status': status,
         'final_return': final_return, 'best_return': best_return, 'env_steps': env_steps,
+        'budget': budget, 'final_metrics': final_metrics or {},
         'wall_time_s': round(wall_time, 3), 'error': error,
         'logdir': f'{TRIALS_DIR}/{trial.id}', 'finished_at': time.time(),
         'worker': f'{socket.gethostname()}/{os.getpid()}',  # Which machine and process ran it.
     }
+
+
+def failed_record(trial, error, budget=None):
+    """The record of a trial that has no result of its own (e.g. one that never finished)."""
+    return _record(trial, FAILED, 0.0, budget, error=error)
 
 
 def _is_finite(value):

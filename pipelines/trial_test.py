@@ -126,6 +126,20 @@ class TrialTest(absltest.TestCase):
             '--gin_bindings=train.total_steps = 2048', "--gin_bindings=fake.mode = 'ok'",
             '--logdir=/out/trials/x', '--seed=3'])
 
+    def test_a_rung_stops_the_trainer_at_its_budget(self):
+        record = trial.run(make_trial('ok'), self.settings, stop_at_step=1024)
+        self.assertEqual((record['status'], record['budget']), ('ok', 1024), record['error'])
+        self.assertEqual(self.seen()['argv'][-1], '--stop_at_step=1024')
+        self.assertEqual(record['final_metrics'], {'mean_return': -950.0})
+        # The full budget is the trainer's own: no flag.
+        settings = trial.Settings(output_dir='/out', gin_files=('a.gin',), env_steps=2048)
+        self.assertNotIn('--stop_at_step', ' '.join(trial.trainer_command(
+            make_trial('ok'), settings, '/out/trials/x', 2048)))
+        record = trial.run(make_trial('short'), self.settings, stop_at_step=2000)
+        self.assertEqual(record['status'], 'failed')
+        self.assertIn('trainer stopped at step 1024, before the budget of 2000 steps',
+                      record['error'])
+
     def test_trainer_error_is_recorded_with_its_output(self):
         record = trial.run(make_trial('raise'), self.settings)
         self.assertEqual(record['status'], 'failed')

@@ -22,6 +22,10 @@ from typing import Any
 
 from agents.runs import run_dir
 
+# The numbers of an evaluation record besides its step (loop.py writes them): what a sweep may
+# rank configurations by.
+EVALUATION_METRICS = ('mean_return', 'std_return', 'mean_length', 'env_steps_per_sec',
+                      'wall_time_s')
 # Steps are int64 in the report's arrays, as in the trainer's step counter.
 MAX_STEP = 2**63 - 1
 # The largest magnitude of a return the report takes. Larger ones come from bugs or damage,

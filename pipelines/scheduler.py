@@ -1,0 +1,235 @@
+"""A sweep's course: which trials train to which budget, stage after stage, and why they stop.
+
+Without a scheduler a sweep is one stage: every trial to the full budget. With one
+(pipelines/halving.py), each stage trains the trials of a rung (every bracket's current rung at
+once, for HyperBand) to that rung's budget, continuing each trial from its checkpoint; then each
+bracket's configurations are ranked and the top 1/η promoted. With `search`
+(pipelines/search.py), configurations are first proposed batch by batch, each batch trained to
+the first rung (or the full budget) and told its scores before the next is asked.
+
+`train(work)` trains a stage: work is [(trial, budget)], budget None for the full one. Results
+are read back from the trials' `result.json`, so the course of a resumed sweep is recomputed
+from what is stored: a trial whose result reached a budget is not trained to it again, and a
+rung's promotion, once decided, is recorded in `rungs.jsonl` and never recomputed (even if the
+sweep is rerun to retry failed trials, which then retrain only in rungs not yet decided).
+"""
+
+import dataclasses
+import json
+import time
+
+from absl import logging
+
+from agents.runs import run_dir
+from pipelines import halving
+from pipelines import trial as trial_lib
+
+RUNGS_FILE = 'rungs.jsonl'
+COMPLETED, PRUNED, FAILED = 'completed', 'pruned', 'failed'
+
+
+@dataclasses.dataclass
+class Course:
+    """What the sweep did: its trials, where each stopped and the rungs' decisions."""
+    trials: list  # sweep_spec.Trial, in the sweep's order.
+    rung_of: dict  # trial id -> index of the last rung it trained in.
+    budgets: list  # The budget of each rung (one rung without a scheduler).
+    decisions: dict  # (bracket, rung) -> decision record (as in rungs.jsonl).
+    bracket_of: dict  # config id -> bracket.
+
+
+def run(spec, output_dir, train, study=None):
+    """Trains the sweep of `spec` stage by stage with `train`; returns its `Course`."""
+    scheduler = spec.scheduler
+    budgets = (halving.rung_budgets(scheduler.min_steps, scheduler.reduction_factor,
+                                    spec.env_steps) if scheduler else [spec.env_steps])
+    decisions = read_decisions(output_dir)
+    trials_of = {}  # config id -> its trials.
+    tried = set()  # (trial id, budget) trained by this run: a failure is not retried in it.
+
+    def train_once(work):
+        work = [(trial, stop) for trial, stop in work if (trial.id, stop) not in tried]
+        tried.update((trial.id, stop) for trial, stop in work)
+        if work:
+            train(work)
+        return len(work)
+
+    first_budget = budgets[0]
+    if study is not None:
+        _search(spec, output_dir, study, train_once, first_budget, trials_of)
+        configurations = [configuration for _, configuration in study.proposed()]
+    else:
+        configurations = spec.configurations()
+    for configuration in configurations:
+        trials = spec.trials_of(configuration, len(trials_of))
+        trials_of.setdefault(trials[0].config_id, trials)  # A proposal may repeat one.
+    config_ids = list(trials_of)
+    brackets = scheduler.brackets if scheduler else 1
+    reduction_factor = scheduler.reduction_factor if scheduler else 2
+    assignment = halving.assign_brackets(config_ids, brackets, len(budgets), reduction_factor)
+    bracket_of = {config_id: bracket for bracket, ids in assignment.items() for config_id in ids}
+    rung_of = {}
+    # Each bracket: its current rung and the configurations in it, after the recorded decisions.
+    state = {}
+    for bracket, ids in assignment.items():
+        rung, survivors = bracket, ids
+        while (bracket, rung) in decisions:
+            survivors = decisions[bracket, rung]['promoted']
+            rung += 1
+        state[bracket] = [rung, survivors]
+    while True:
+        active = {bracket: (rung, survivors) for bracket, (rung, survivors) in state.items()
+                  if rung < len(budgets) and survivors}
+        if not active:
+            break
+        work = []
+        for rung, survivors in active.values():
+            for config_id in survivors:
+                for trial in trials_of[config_id]:
+                    rung_of[trial.id] = rung
+                    work.append((trial, _stop(budgets, rung)))
+        pending = [(trial, budget) for trial, budget in work
+                   if not reached(trial_lib.read_result(output_dir, trial.id),
+                                  budget or spec.env_steps) and (trial.id, budget) not in tried]
+        if pending:
+            rungs = sorted({rung for rung, _ in active.values()})
+            logging.info('Stage: %d trials to rung%s %s (%s env steps), %d done earlier.',
+                         len(pending), 's' if len(rungs) > 1 else '',
+                         ', '.join(map(str, rungs)),
+                         ', '.join(str(budgets[rung]) for rung in rungs), len(work) - len(pending))
+            train_once(pending)
+        for bracket, (rung, survivors) in active.items():
+            if rung == len(budgets) - 1:
+                state[bracket][0] = rung + 1
+                continue
+            decision = _decide(spec, output_dir, bracket, rung, budgets[rung], survivors,
+                               trials_of)
+            decisions[bracket, rung] = decision
+            write_decisions(output_dir, decisions)
+            state[bracket] = [rung + 1, decision['promoted']]
+    # Trials of rungs decided before this run: their rung from the decisions.
+    for (_, rung), decision in decisions.items():
+        for config_id in decision['scores']:
+            for trial in trials_of.get(config_id, []):
+                rung_of[trial.id] = max(rung_of.get(trial.id, rung), rung)
+    trials = [trial for config_id in config_ids for trial in trials_of[config_id]]
+    return Course(trials=trials, rung_of=rung_of, budgets=budgets, decisions=decisions,
+                  bracket_of=bracket_of)
+
+
+def _stop(budgets, rung):
+    """The --stop_at_step of a rung: None for the last, which trains to the full budget."""
+    return None if rung == len(budgets) - 1 else budgets[rung]
+
+
+def reached(record, budget):
+    """Whether a stored result shows its trial trained to `budget` without failing."""
+    return bool(record) and record['status'] == trial_lib.OK and record.get(
+        'budget', record.get('env_steps') or 0) >= budget
+
+
+def config_score(spec, output_dir, trials):
+    """The score of a configuration from its trials' results (None if a seed failed)."""
+    values = []
+    for trial in trials:
+        record = trial_lib.read_result(output_dir, trial.id)
+        values.append(metric_of(record, spec.metric) if record and
+                      record['status'] == trial_lib.OK else None)
+    return halving.score(values)
+
+
+def metric_of(record, metric):
+    """The metric of a result's last evaluation (results of older sweeps: the final return)."""
+    value = (record.get('final_metrics') or {}).get(metric)
+    if value is None and metric == 'mean_return':
+        value = record.get('final_return')
+    return value
+
+
+def _decide(spec, output_dir, bracket, rung, budget, survivors, trials_of):
+    scores = {config_id: config_score(spec, output_dir, trials_of[config_id])
+              for config_id in survivors}
+    promoted = halving.promote(scores, spec.scheduler.reduction_factor, spec.mode)
+    logging.info('Rung %d (%d env steps)%s: %d of %d configurations go on (%s %s): %s.', rung,
+                 budget, f' of bracket {bracket}' if spec.scheduler.brackets > 1 else '',
+                 len(promoted), len(survivors), spec.mode, spec.metric, ', '.join(
+                     f'{config_id} {scores[config_id]:.1f}' for config_id in promoted))
+    return {'bracket': bracket, 'rung': rung, 'budget': budget, 'metric': spec.metric,
+            'mode': spec.mode, 'scores': scores, 'promoted': promoted,
+            'decided_at': time.time()}
+
+
+def _search(spec, output_dir, study, train, first_budget, trials_of):
+    """Asks, trains (to the first rung) and tells every batch of the search."""
+    stop = first_budget if spec.scheduler else None
+    for index in range(study.num_batches):
+        batch = study.batch(index)
+        told = study.told()
+        work = []
+        for _, configuration in batch:
+            trials = spec.trials_of(configuration, len(trials_of))
+            trials_of.setdefault(trials[0].config_id, trials)
+            work += [(trial, stop) for trial in trials_of[trials[0].config_id]
+                     if not reached(trial_lib.read_result(output_dir, trial.id), first_budget)]
+        if work:
+            logging.info('Search batch %d of %d: %d configurations proposed, %d trials to '
+                         'train.', index + 1, study.num_batches, len(batch), len(work))
+            train(work)
+        for number, configuration in batch:
+            if number in told:
+                continue
+            trials = trials_of[spec.trials_of(configuration, 0)[0].config_id]
+            study.tell(number, config_score(spec, output_dir, trials))
+        study.store()
+
+
+def read_decisions(output_dir):
+    """{(bracket, rung): decision} from `rungs.jsonl` (none if there is no such file)."""
+    path = run_dir.join(output_dir, RUNGS_FILE)
+    if not run_dir.exists(path):
+        return {}
+    decisions = {}
+    for line in run_dir.read_text(path).splitlines():
+        if line.strip():
+            decision = json.loads(line)
+            decisions[decision['bracket'], decision['rung']] = decision
+    return decisions
+
+
+def write_decisions(output_dir, decisions):
+    """Rewrites `rungs.jsonl` (atomically) with every decision, in bracket and rung order."""
+    run_dir.write_text(run_dir.join(output_dir, RUNGS_FILE), ''.join(
+        json.dumps(decisions[key], allow_nan=False) + '\n' for key in sorted(decisions)))
+
+
+def annotate(course, records):
+    """Adds to each result record its rung, bracket and why the trial stopped."""
+    last_rung = len(course.budgets) - 1
+    for record in records:
+        rung = course.rung_of.get(record['id'], last_rung)
+        bracket = course.bracket_of.get(record['config_id'], 0)
+        record['rung'] = rung
+        record['bracket'] = bracket
+        if record['status'] != trial_lib.OK:
+            record['stop_reason'] = FAILED
+            record['stop_detail'] = f'failed in rung {rung} ({course.budgets[rung]} env steps)'
+        elif rung == last_rung:
+            record['stop_reason'] = COMPLETED
+            record['stop_detail'] = f'trained to the full budget ({course.budgets[rung]} env steps)'
+        else:
+            decision = course.decisions.get((bracket, rung))
+            record['stop_reason'] = PRUNED
+            record['stop_detail'] = _pruned_detail(decision, record['config_id'], rung,
+                                                   course.budgets[rung])
+    return records
+
+
+def _pruned_detail(decision, config_id, rung, budget):
+    if decision is None:
+        return f'stopped after rung {rung} ({budget} env steps)'
+    order = halving.ranks(decision['scores'], decision['mode'])
+    rank = order.get(config_id)
+    where = (f'ranked {rank} of {len(decision["scores"])}' if rank is not None
+             else 'no score (a seed failed)')
+    return (f'pruned after rung {rung} ({budget} env steps): {where} by {decision["mode"]} '
+            f'{decision["metric"]}; the top {len(decision["promoted"])} went on')

@@ -1,0 +1,148 @@
+"""Model-based search for sweeps: configurations proposed by Optuna's samplers (ask/tell).
+
+The sweep asks for `parallel` configurations at a time (a batch), trains them with every seed,
+and tells the sampler each configuration's score (pipelines/halving.py: the mean over seeds of
+the metric at the budget trained; with a scheduler, its first rung). TPE (Bergstra et al. 2011,
+Optuna's TPESampler) models the scores told so far; `constant_liar` keeps the proposals of one
+batch apart. The study lives in `<output_dir>/search.db`, an SQLite file through Optuna's RDB
+storage. In a bucket the launcher works on a local copy and uploads it after every change: the
+launcher owns the file (one launcher per sweep).
+
+Resuming proposes the same configurations: the sampler of batch b is seeded from (seed, b), so
+its proposals depend only on the seed and on what was told before, and a batch already asked is
+read back from the study rather than asked again.
+"""
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+
+import optuna
+
+from agents.runs import run_dir
+from pipelines import sweep_spec
+
+STUDY_FILE = 'search.db'
+STUDY_NAME = 'sweep'
+BATCH_ATTR = 'batch'
+
+
+class Study:
+    """The Optuna study of a sweep with `search`; a context that stores it on exit."""
+
+    def __init__(self, spec, output_dir):
+        if spec.search is None:
+            raise ValueError('the spec has no search')
+        self._spec = spec
+        self._search = spec.search
+        self._url = run_dir.join(output_dir, STUDY_FILE)
+        self._stack = contextlib.ExitStack()
+        if run_dir.is_remote(output_dir):
+            directory = tempfile.mkdtemp(prefix='sweep-search-')
+            self._stack.callback(shutil.rmtree, directory, ignore_errors=True)
+            self._path = os.path.join(directory, STUDY_FILE)
+            if run_dir.exists(self._url):
+                run_dir.download(self._url, self._path)
+        else:
+            self._path = self._url
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._storage = optuna.storages.RDBStorage(f'sqlite:///{self._path}')
+        self._study = optuna.create_study(
+            storage=self._storage, study_name=STUDY_NAME, load_if_exists=True,
+            direction='maximize' if spec.mode == 'max' else 'minimize')
+        self._distributions = {name: _optuna_distribution(kind, arguments)
+                               for name, (kind, arguments) in self._search.distributions.items()}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *unused_exc_info):
+        self.close()
+
+    def close(self):
+        self._storage.remove_session()
+        with contextlib.suppress(AttributeError):
+            self._storage.engine.dispose()
+        self._stack.close()
+
+    @property
+    def num_batches(self):
+        return -(-self._search.num_trials // self._search.parallel)
+
+    def batch(self, index):
+        """[(trial number, configuration)] of batch `index`: asked now or read back if it was."""
+        asked = [trial for trial in self._trials() if trial.user_attrs.get(BATCH_ATTR) == index]
+        size = min(self._search.parallel,
+                   self._search.num_trials - index * self._search.parallel)
+        if len(asked) < size:
+            self._study.sampler = self._sampler(index)
+            for _ in range(size - len(asked)):
+                trial = self._study.ask(self._distributions)
+                trial.set_user_attr(BATCH_ATTR, index)
+            self._store()
+            asked = [trial for trial in self._trials()
+                     if trial.user_attrs.get(BATCH_ATTR) == index]
+        return [(trial.number, self.configuration(trial)) for trial in asked]
+
+    def tell(self, number, value):
+        """Tells trial `number` its score; None (no score: a seed failed) marks it failed."""
+        state = optuna.trial.TrialState.COMPLETE if value is not None else (
+            optuna.trial.TrialState.FAIL)
+        self._study.tell(number, value, state=state, skip_if_finished=True)
+
+    def store(self):
+        """Uploads the study, in a bucket (a local study is stored as it changes)."""
+        self._store()
+
+    def proposed(self):
+        """[(trial number, configuration)] of every configuration asked so far, in order."""
+        return [(trial.number, self.configuration(trial)) for trial in self._trials()]
+
+    def told(self):
+        """{trial number: value or None} of the trials told so far."""
+        return {trial.number: trial.value for trial in self._trials()
+                if trial.state.is_finished()}
+
+    def configuration(self, trial):
+        """The varied bindings of an Optuna trial, rounded as the random sampler rounds."""
+        values = {}
+        for name, (kind, arguments) in self._search.distributions.items():
+            value = trial.params[name]
+            if kind == 'choice':
+                if not _plain(arguments):
+                    value = arguments[value]
+            elif kind in ('uniform', 'log_uniform'):
+                value = sweep_spec.round_draw(value)
+            values[name] = value
+        return values
+
+    def _trials(self):
+        return sorted(self._study.get_trials(deepcopy=False), key=lambda trial: trial.number)
+
+    def _sampler(self, index):
+        seed = int(hashlib.sha256(f'{self._search.seed}/{index}'.encode()).hexdigest()[:8], 16)
+        if self._search.sampler == 'tpe':
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+    def _store(self):
+        if self._path != self._url:
+            run_dir.upload(self._path, self._url)
+
+
+def _optuna_distribution(kind, arguments):
+    if kind == 'choice':
+        choices = arguments if _plain(arguments) else list(range(len(arguments)))
+        return optuna.distributions.CategoricalDistribution(choices)
+    low, high = arguments
+    if kind.startswith('int_'):
+        return optuna.distributions.IntDistribution(low, high, log=kind == 'int_log_uniform')
+    return optuna.distributions.FloatDistribution(low, high, log=kind == 'log_uniform')
+
+
+def _plain(values):
+    """Whether Optuna can store `values` as categorical choices (None, bool, int, float, str)."""
+    return all(value is None or isinstance(value, bool | int | float | str) for value in values)
+
