@@ -189,6 +189,76 @@ class SweepTest(absltest.TestCase):
             self.assertLen(attempts, 1, f'{trial_id} trained more than once')
         self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 3)
 
+    def test_halving_continues_the_best_and_resumes_after_a_kill(self):
+        cwd = self.create_tempdir().full_path
+        # Rungs of 1024 and 2048 steps: three trials to 1024 (one iteration), the best of them
+        # continued to 2048.
+        write_spec(cwd, """
+            grid:
+              PPO.learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]
+            scheduler: {type: successive_halving, min_steps: 1024, reduction_factor: 3}
+            """)
+        output_dir = os.path.join(cwd, 'out')
+        ids = [t.id for t in sweep_spec.load(os.path.join(cwd, 'spec.yaml')).trials()]
+        results = os.path.join(output_dir, 'trials', '{}', 'result.json')
+        process = subprocess.Popen(
+            sweep_command('--spec=spec.yaml', '--output_dir=out', '--direct_num_workers=2'),
+            env=environment(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self.addCleanup(lambda: process.poll() is None and os.killpg(process.pid, signal.SIGKILL))
+
+        def finished():
+            return [i for i in ids if os.path.exists(results.format(i))]
+
+        wait_for(lambda: finished() or process.poll() is not None, 400, 'a finished trial')
+        process.kill()  # Mid-way through rung 0.
+        process.wait()
+        wait_for(lambda: group_gone(process.pid), 60, 'the sweep\'s workers to exit')
+        for trial_id in ids:
+            logdir = os.path.join(output_dir, 'trials', trial_id)
+            if os.path.isdir(logdir):
+                wait_for(lambda logdir=logdir: lock_is_free(logdir), 60, f'{trial_id} to stop')
+        done_before = {i: trial.read_result(output_dir, i) for i in finished()}
+        self.assertLess(len(done_before), len(ids), 'rung 0 ended before the kill')
+        self.assertFalse(os.path.exists(os.path.join(output_dir, 'rungs.jsonl')))
+
+        rerun = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
+        self.assertEqual(rerun.returncode, 0, rerun.stderr[-3000:])
+        self.assertIn(f'{len(done_before)} done earlier', rerun.stderr)
+        records = {r['id']: r for r in read_jsonl(os.path.join(output_dir, 'trials.jsonl'))}
+        self.assertEqual(sorted(records), sorted(ids))
+        (decision,) = read_jsonl(os.path.join(output_dir, 'rungs.jsonl'))
+        (winner,) = decision['promoted']
+        self.assertEqual((decision['rung'], decision['budget']), (0, 1024))
+        for trial_id, record in records.items():
+            self.assertEqual(record['status'], 'ok', record['error'])
+            with open(os.path.join(output_dir, 'trials', trial_id, 'train.log')) as f:
+                log = f.read()
+            attempts = re.findall(r'^=== .* ===$', log, re.MULTILINE)
+            if record['config_id'] == winner:
+                self.assertEqual((record['stop_reason'], record['rung'], record['budget'],
+                                  record['env_steps']), ('completed', 1, 2048, 2048))
+                # Rung 1 continued the run from its checkpoint of rung 0.
+                self.assertIn('Resumed from', log)
+                self.assertRegex(log, r'Resumed from \S+ckpt-1024 at step 1024')
+                # One finished attempt per rung (a killed attempt logs none).
+                self.assertLen(attempts, 2, log[-3000:])
+            else:
+                self.assertEqual((record['stop_reason'], record['rung'], record['budget'],
+                                  record['env_steps']), ('pruned', 0, 1024, 1024))
+                self.assertIn('pruned after rung 0 (1024 env steps): ranked', record['stop_detail'])
+                # Trained to rung 0 once, whether before the kill or after it.
+                self.assertLen(attempts, 1, log[-3000:])
+            logdir = os.path.join(output_dir, record['logdir'])
+            self.assertEqual(record['final_return'], trial.read_metrics(logdir)[-1]['mean_return'])
+        for trial_id, record in done_before.items():
+            if record['config_id'] != winner:
+                self.assertEqual(trial.read_result(output_dir, trial_id), record)
+        summary = read_csv(os.path.join(output_dir, 'summary.csv'))
+        self.assertEqual((summary[0]['config_id'], summary[0]['rung'], summary[0]['budget']),
+                         (winner, '1', '2048'))
+        self.assertEqual({row['budget'] for row in summary[1:]}, {'1024'})
+
     def test_bad_spec_is_refused_before_anything_runs(self):
         cwd = self.create_tempdir().full_path
         write_spec(cwd, """
@@ -288,6 +358,49 @@ class ObjectStorageTest(absltest.TestCase):
                       'can reach, such as gs://BUCKET/sweep', result.stderr)
 
 
+class BucketSearchTest(absltest.TestCase):
+    """TPE proposals pruned by successive halving with the sweep in a bucket (a GCS API server on
+    loopback): the study file, the rung decisions and the trials' checkpoints live there."""
+
+    def test_search_and_halving_in_a_bucket(self):
+        cwd = self.create_tempdir().full_path
+        write_spec(cwd, """
+            search:
+              sampler: tpe
+              num_trials: 2
+              parallel: 2
+              parameters:
+                PPO.learning_rate: {log_uniform: [1.0e-4, 3.0e-3]}
+            scheduler: {type: successive_halving, min_steps: 1024, reduction_factor: 2}
+            """)
+        with gcs_testing.GcsEmulator(buckets=('sweeps',),
+                                     log_dir=self.create_tempdir().full_path) as emulator:
+            env = emulator.environment(environment(cwd))
+            result = subprocess.run(
+                sweep_command('--spec=spec.yaml', '--output_dir=gs://sweeps/sweep'), env=env,
+                cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
+            self.assertEqual(result.returncode, 0, result.stderr[-4000:])
+            objects = emulator.objects('sweeps', 'sweep/')
+            # A rerun proposes nothing new and trains nothing.
+            again = subprocess.run(
+                sweep_command('--spec=spec.yaml', '--output_dir=gs://sweeps/sweep'), env=env,
+                cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
+            self.assertEqual(again.returncode, 0, again.stderr[-4000:])
+            self.assertNotIn('Search batch', again.stderr)
+            self.assertNotIn('Stage:', again.stderr)
+        self.assertEqual(objects['sweep/search.db'][:16], b'SQLite format 3\x00')
+        records = [json.loads(line) for line in objects['sweep/trials.jsonl'].splitlines()]
+        self.assertCountEqual([(r['stop_reason'], r['env_steps']) for r in records],
+                              [('completed', 2048), ('pruned', 1024)])
+        (decision,) = [json.loads(line) for line in objects['sweep/rungs.jsonl'].splitlines()]
+        winner = next(r for r in records if r['stop_reason'] == 'completed')
+        self.assertEqual(decision['promoted'], [winner['config_id']])
+        log = objects[f'sweep/trials/{winner["id"]}/train.log'].decode()
+        self.assertRegex(log, r'Resumed from \S+ckpt-1024 at step 1024')
+        self.assertIn(f'sweep/trials/{winner["id"]}/checkpoints/ckpt-2048.index', objects)
+        self.assertEqual(os.listdir(cwd), ['spec.yaml'])
+
+
 class PortableRunnerTest(absltest.TestCase):
     """The sweep through Beam's portable runner: a job service and a pool of worker processes,
     started here on localhost as a cluster would run them."""
@@ -296,7 +409,10 @@ class PortableRunnerTest(absltest.TestCase):
         self.dir = self.create_tempdir().full_path
         env = dict(os.environ, PYTHONPATH=ROOT)
         cluster = self.enter_context(PortableCluster(self.dir, env=env))
-        write_spec(self.dir, 'grid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n')
+        # Successive halving: both trials to 1024 steps, the better one continued to 2048.
+        write_spec(self.dir, 'grid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n'
+                   'scheduler: {type: successive_halving, min_steps: 1024, '
+                   'reduction_factor: 2}\n')
         with open(os.path.join(self.dir, 'sweep.log'), 'w') as log:
             sweep_process = subprocess.Popen(
                 sweep_command('--spec=spec.yaml', '--output_dir=out', *cluster.pipeline_args(),
@@ -313,7 +429,8 @@ class PortableRunnerTest(absltest.TestCase):
         self.assertLen(records, 2)
         for record in records:
             self.assertEqual(record['status'], 'ok', record['error'])
-            self.assertGreaterEqual(record['env_steps'], 2048)
+        self.assertCountEqual([(r['stop_reason'], r['env_steps']) for r in records],
+                              [('completed', 2048), ('pruned', 1024)])
         self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 2)
         # The trials ran in worker processes the pool started, not in the sweep's process or
         # the job service, and logged their progress there.
