@@ -129,19 +129,44 @@ def interval_estimates(rows, path, title='IQM of final evaluation returns (95% C
     """
     height = max(2.0, 0.8 + 0.32 * len(rows))
     figure, axes = _figure(height)
+    _draw_intervals(axes, rows)
+    axes.set_title(plain(title, 100))
+    axes.set_xlabel('final evaluation return')
+    _save(figure, path, tight=True)
+
+
+def grouped_interval_estimates(groups, path, title='IQM of final evaluation returns (95% CI)'):
+    """`interval_estimates` in one panel per group, each with its own axis, so that no interval
+    is set against another group's: configurations trained to different budgets.
+
+    Args:
+      groups: [(group title, rows)], rows as `interval_estimates` takes them, in rank order.
+    """
+    sizes = [max(1, len(rows)) for _, rows in groups]
+    height = max(2.0, 0.8 + 0.32 * sum(sizes) + 0.75 * len(groups))
+    figure = Figure(figsize=(WIDTH, height), dpi=DPI)
+    FigureCanvasAgg(figure)
+    panels = figure.subplots(len(groups), 1, squeeze=False,
+                             gridspec_kw={'height_ratios': sizes})[:, 0]
+    for axes, (group_title, rows) in zip(panels, groups, strict=True):
+        _draw_intervals(axes, rows)
+        axes.set_title(plain(group_title, 100), fontsize='medium')
+        axes.set_xlabel('final evaluation return', fontsize='small')
+    figure.suptitle(plain(title, 100))
+    _save(figure, path, tight=True)
+
+
+def _draw_intervals(axes, rows):
     for position, (_label, value, lower, upper) in enumerate(rows):
         axes.plot([lower, upper], [position, position], color=color(position), linewidth=6,
                   alpha=0.5, solid_capstyle='butt')
         axes.plot([value], [position], marker='|', markersize=14, color='black')
     axes.set_yticks(range(len(rows)), [plain(row[0], 45) for row in rows], fontsize='small')
     axes.set_ylim(len(rows) - 0.5, -0.5)
-    axes.set_title(plain(title, 100))
-    axes.set_xlabel('final evaluation return')
     axes.grid(alpha=0.3, axis='x')
-    _save(figure, path, tight=True)
 
 
-def sensitivity(name, points, path):
+def sensitivity(name, points, path, budget=None):
     """Final scores of runs against the value of one swept parameter.
 
     Args:
@@ -149,6 +174,8 @@ def sensitivity(name, points, path):
       points: [(value, value text, [run scores], iqm, lower, upper)], one per configuration.
         Numeric values get a numeric axis (logarithmic when positive and spanning more than
         a factor of 10 or more); others one position each, in the order given.
+      budget: the env steps all these configurations were trained to, for the title (None:
+        not said).
     """
     figure, axes = _figure()
     numeric = all(isinstance(point[0], (int, float)) and not isinstance(point[0], bool) and
@@ -168,7 +195,8 @@ def sensitivity(name, points, path):
     else:
         axes.set_xticks(range(len(texts)), [plain(text, 25) for text in texts],
                         fontsize='small')
-    axes.set_title(plain(f'Sensitivity to {name}', 100))
+    at = f' at {budget} env steps' if budget is not None else ''
+    axes.set_title(plain(f'Sensitivity to {name}{at}', 100))
     axes.set_xlabel(plain(name, 100))
     axes.set_ylabel('final evaluation return')
     axes.grid(alpha=0.3)

@@ -75,6 +75,22 @@ class PlotsTest(absltest.TestCase):
         self.assertGreater(float(large.get('height')[:-2]), float(small.get('height')[:-2]))
         self.assertIn('config 19', self.texts(large))
 
+    def test_interval_estimates_of_budget_groups_in_panels_of_their_own(self):
+        groups = [('Trained to the full budget of 2048 env steps', [('lr=0.001', -250.0, -260.0,
+                                                                     -240.0)]),
+                  ('Stopped at 512 env steps', [('lr=0.01', -180.0, -185.0, -175.0),
+                                                ('lr=0.03', -410.0, -420.0, -400.0)])]
+        plots.grouped_interval_estimates(groups, self.path('a.svg'))
+        root = self.read(self.path('a.svg'))
+        texts = self.texts(root)
+        for title in ('IQM of final evaluation returns (95% CI)', groups[0][0], groups[1][0],
+                      'lr=0.001', 'lr=0.01', 'lr=0.03'):
+            self.assertIn(title, texts)
+        # One pair of axes per group, each with its own final-return axis.
+        self.assertEqual(texts.count('final evaluation return'), 2)
+        self.assertLen([group for group in root.iter(f'{SVG}g')
+                        if (group.get('id') or '').startswith('axes_')], 2)
+
     def test_sensitivity_numeric_log_and_categorical(self):
         numeric = [(lr, str(lr), [-200.0, -300.0], -250.0, -300.0, -200.0)
                    for lr in (1e-4, 1e-3, 1e-2)]
@@ -90,6 +106,9 @@ class PlotsTest(absltest.TestCase):
         texts = self.texts(self.read(self.path('b.svg')))
         self.assertIn("'clipped'", texts)
         self.assertIn('(64, 64)', texts)
+        plots.sensitivity('PPO.objective', categorical, self.path('c.svg'), budget=512)
+        self.assertIn('Sensitivity to PPO.objective at 512 env steps',
+                      self.texts(self.read(self.path('c.svg'))))
 
     def test_run_curve_with_and_without_training_returns(self):
         plots.run_curve(([100, 200], [-900.0, -500.0]), ([50, 150], [-1000.0, -700.0]),

@@ -6,7 +6,9 @@ An Apache Beam pipeline reads every run in parallel (one element per run: its gi
 (same bindings but the seed), computes each configuration's statistics and renders the final
 policy of its best seed to a video (one element per configuration), then gathers everything
 into one element that draws the summary plots and writes `index.html`, a page per run and
-`report.json` (see report_data.py for what they hold).
+`report.json` (see report_data.py for what they hold). Of a sweep with a scheduler (successive
+halving, HyperBand), whose `rungs.jsonl` is read too, the report shows the rungs and compares
+configurations only with those trained to the same budget.
 
 By default Beam's DirectRunner runs it in worker processes, one per core, as the sweep does
 (--direct_running_mode=in_memory keeps it in this process); any other Beam flag (--runner,
@@ -210,22 +212,33 @@ def _render_with_retry(policy_dir, path, settings, attempts=2):
 def write_report(unused_element, runs, configurations, discovery, settings):
     """Stage 4, once: the summary plots, the pages and report.json."""
     report = report_data.build_report(list(runs) + discovery.missing, list(configurations),
-                                      discovery.problems, settings)
+                                      discovery.problems, settings, discovery.rungs)
     directory = settings.output_dir
     ranked = report['configurations']
     if ranked:
         with output_file(directory, report['plots']['learning_curves']) as path:
             plots.learning_curves([(config['label'], config['curve']) for config in ranked],
                                   path)
+        by_id = {config['id']: config for config in ranked}
+
+        def intervals(configs):
+            return [(config['label'], config['final']['iqm']['value'],
+                     *config['final']['iqm']['ci']) for config in configs]
+
+        groups = report['budget_groups']
         with output_file(directory, report['plots']['iqm']) as path:
-            plots.interval_estimates(
-                [(config['label'], config['final']['iqm']['value'],
-                  *config['final']['iqm']['ci']) for config in ranked], path)
+            if len(groups) > 1:  # Final returns of different budgets are not compared.
+                plots.grouped_interval_estimates(
+                    [(group['title'], intervals(by_id[key] for key in group['configurations']))
+                     for group in groups], path)
+            else:
+                plots.interval_estimates(intervals(ranked), path)
     for entry in report['plots']['sensitivity']:
         with output_file(directory, entry['plot']) as path:
             plots.sensitivity(entry['parameter'], [
                 (point['value'], point['text'], point['scores'], point['iqm'], point['lower'],
-                 point['upper']) for point in entry['points']], path)
+                 point['upper']) for point in entry['points']], path,
+                budget=entry['budget'])
     report_html.write_report(report, directory)
     return report['exit_code']
 

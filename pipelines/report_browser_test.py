@@ -9,6 +9,10 @@ every video playable, the ranked table as in report.json, run names shown as tex
 screenshot goes to $TEST_UNDECLARED_OUTPUTS_DIR (Bazel's test artifacts; REPORT_SCREENSHOT
 overrides the path).
 
+The same checks, and those of its Rungs table and of a ranking by budget, run on the report of
+a successive-halving sweep (`report_fixtures.make_halving_sweep`), built whatever REPORT_DIR
+says; its screenshot is report-halving.png.
+
 Without /usr/bin/chromium the test is skipped, except under CI=true, where it fails.
 """
 
@@ -62,19 +66,26 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 class ReportBrowserTest(absltest.TestCase):
 
+    SCREENSHOT = 'report.png'
+
+    @classmethod
+    def make_report(cls):
+        """The directory of the report to check."""
+        if os.environ.get('REPORT_DIR'):
+            return os.environ['REPORT_DIR']
+        tmp = tempfile.mkdtemp(dir=absltest.get_default_test_tmpdir())
+        policy = report_fixtures.train_tiny_policy(os.path.join(tmp, 'tiny'))
+        sweep = report_fixtures.make_sweep(os.path.join(tmp, 'sweep'), policy)
+        directory = os.path.join(tmp, 'report')
+        with flagsaver.flagsaver(input=sweep, output_dir=directory, video_max_steps=60,
+                                 video_size=160, bootstrap_reps=2000, curve_bootstrap_reps=200):
+            report.main(['report', '--direct_running_mode=in_memory'])
+        return directory
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.directory = os.environ.get('REPORT_DIR')
-        if not cls.directory:
-            tmp = tempfile.mkdtemp(dir=absltest.get_default_test_tmpdir())
-            policy = report_fixtures.train_tiny_policy(os.path.join(tmp, 'tiny'))
-            sweep = report_fixtures.make_sweep(os.path.join(tmp, 'sweep'), policy)
-            cls.directory = os.path.join(tmp, 'report')
-            with flagsaver.flagsaver(input=sweep, output_dir=cls.directory,
-                                     video_max_steps=60, video_size=160, bootstrap_reps=2000,
-                                     curve_bootstrap_reps=200):
-                report.main(['report', '--direct_running_mode=in_memory'])
+        cls.directory = cls.make_report()
         with open(os.path.join(cls.directory, report_html.REPORT_FILE), encoding='utf-8') as f:
             cls.report = json.load(f)
         handler = functools.partial(QuietHandler, directory=cls.directory)
@@ -160,7 +171,7 @@ class ReportBrowserTest(absltest.TestCase):
     def test_ranked_table_matches_report_json(self):
         self.load('index.html')
         rows = self.driver.execute_script("""
-            return [...document.querySelectorAll('#ranking tbody tr')].map(row => ({
+            return [...document.querySelectorAll('#ranking tbody tr[data-config]')].map(row => ({
               id: row.dataset.config,
               rank: row.querySelector('.rank').textContent.trim(),
               label: row.querySelector('.label').textContent.trim(),
@@ -183,8 +194,15 @@ class ReportBrowserTest(absltest.TestCase):
                 self.assertEqual(shown['ci'], config['final'][name]['ci'])
                 self.assertEqual(shown['text'],
                                  report_html.format_number(config['final'][name]['value']))
-        iqms = [config['final']['iqm']['value'] for config in configs]
-        self.assertEqual(iqms, sorted(iqms, reverse=True))
+        # By IQM within each budget (one, but in a staged sweep's report), highest budget first.
+        groups = self.report.get('budget_groups') or [
+            {'configurations': [config['id'] for config in configs]}]
+        self.assertEqual([key for group in groups for key in group['configurations']],
+                         [config['id'] for config in configs])
+        by_id = {config['id']: config for config in configs}
+        for group in groups:
+            iqms = [by_id[key]['final']['iqm']['value'] for key in group['configurations']]
+            self.assertEqual(iqms, sorted(iqms, reverse=True))
         skipped = self.driver.execute_script(
             "return [...document.querySelectorAll('#skipped tbody tr td:first-child')]"
             ".map(cell => cell.textContent);")
@@ -199,9 +217,11 @@ class ReportBrowserTest(absltest.TestCase):
                 self.assertEqual(heading, f'Run {run["id"]}')
 
     def save_screenshot(self):
-        path = os.environ.get('REPORT_SCREENSHOT') or os.path.join(
-            os.environ.get('TEST_UNDECLARED_OUTPUTS_DIR') or
-            absltest.get_default_test_tmpdir(), 'report.png')
+        path = os.path.join(os.environ.get('TEST_UNDECLARED_OUTPUTS_DIR') or
+                            absltest.get_default_test_tmpdir(), self.SCREENSHOT)
+        if os.environ.get('REPORT_SCREENSHOT'):
+            base, extension = os.path.splitext(os.environ['REPORT_SCREENSHOT'])
+            path = base + os.path.splitext(self.SCREENSHOT)[0].removeprefix('report') + extension
         height = self.driver.execute_script('return document.documentElement.scrollHeight;')
         self.driver.set_window_size(WIDTH, min(max(height, 600), 12000))
         try:
@@ -210,6 +230,78 @@ class ReportBrowserTest(absltest.TestCase):
         finally:
             self.driver.set_window_size(WIDTH, 900)
         print(f'Screenshot: {path}')
+
+
+
+class HalvingReportBrowserTest(ReportBrowserTest):
+    """The report of a successive-halving sweep: every check above, its Rungs table, and the
+    ranking by budget reached."""
+
+    SCREENSHOT = 'report-halving.png'
+
+    @classmethod
+    def make_report(cls):
+        tmp = tempfile.mkdtemp(dir=absltest.get_default_test_tmpdir())
+        sweep = report_fixtures.make_halving_sweep(os.path.join(tmp, 'sweep'))
+        directory = os.path.join(tmp, 'report')
+        with flagsaver.flagsaver(input=sweep, output_dir=directory, videos=False,
+                                 bootstrap_reps=2000, curve_bootstrap_reps=200):
+            cls.exit_code = report.main(['report', '--direct_running_mode=in_memory'])
+        return directory
+
+    def test_the_report_is_complete(self):
+        self.assertEqual((self.exit_code, self.report['problems'], self.report['skipped']),
+                         (0, [], []))
+
+    def test_rungs_table_shows_each_rung(self):
+        self.load('index.html')
+        rungs = self.driver.find_element('id', 'rungs')
+        self.assertTrue(rungs.is_displayed())
+        rows = self.driver.execute_script("""
+            const text = element => element.textContent.trim().replace(/\\s+/g, ' ');
+            return [...document.querySelectorAll('#rungs tbody tr')].map(row => [
+              ...['bracket', 'rung', 'budget', 'entered', 'went-on'].map(
+                  name => text(row.querySelector('.' + name))),
+              [...row.querySelectorAll('li')].map(item => [
+                  text(item.querySelector('.name')), text(item.querySelector('.score')),
+                  text(item.querySelector('.status'))])]);""")
+        lr = 'PPO.learning_rate='
+        self.assertEqual(rows, [
+            ['0', '0', '512', '4', '2', [[lr + '0.001', '-150.0', 'went on'],
+                                         [lr + '0.003', '-165.0', 'went on'],
+                                         [lr + '0.01', '-180.0', 'pruned'],
+                                         [lr + '0.03', '-410.0', 'pruned']]],
+            ['0', '1', '1024', '2', '1', [[lr + '0.001', '-200.0', 'went on'],
+                                          [lr + '0.003', '-220.0', 'pruned']]],
+            ['0', '2', '2048', '1', '— (full budget)', [[lr + '0.001', '-250.0', 'completed']]],
+        ])
+        # Each configuration's name leads to its section.
+        link = self.driver.find_element('css selector', '#rungs li[data-status="pruned"] a')
+        self.assertEqual(link.get_attribute('href'), self.origin + 'index.html#' +
+                         self.report['rungs'][0]['configurations'][2]['config'])
+
+    def test_the_full_budget_configuration_ranks_first(self):
+        self.load('index.html')
+        rows = self.driver.execute_script("""
+            const text = element => element.textContent.trim().replace(/\\s+/g, ' ');
+            return [...document.querySelectorAll('#ranking tbody tr')].map(row =>
+              row.dataset.config ? ['rank', 'label', 'budget', 'stop', 'iqm'].map(
+                  name => text(row.querySelector('.' + name))) : [text(row)]);""")
+        lr = 'PPO.learning_rate='
+        self.assertEqual(rows, [
+            ['Trained to the full budget of 2048 env steps: 1 configuration'],
+            ['1', lr + '0.001', '2048', 'rung 2, completed', '-250.0 [-260.0, -240.0]'],
+            ['Stopped at 1024 env steps (pruned after rung 1): 1 configuration'],
+            ['2', lr + '0.003', '1024', 'rung 1, pruned', '-220.0 [-225.0, -215.0]'],
+            ['Stopped at 512 env steps (pruned after rung 0): 2 configurations'],
+            # Its final return is the highest, but after a quarter of the budget.
+            ['3', lr + '0.01', '512', 'rung 0, pruned', '-180.0 [-185.0, -175.0]'],
+            ['4', lr + '0.03', '512', 'rung 0, pruned', '-410.0 [-420.0, -400.0]'],
+        ])
+        note = self.driver.find_element('id', 'budget-note')
+        self.assertTrue(note.is_displayed())
+        self.assertIn('the best configuration, PPO.learning_rate=0.001, is the best of those '
+                      'trained to 2048 env steps (the full budget)', note.text)
 
 
 if __name__ == '__main__':

@@ -1,11 +1,12 @@
 """Tests of the report's data: configurations, statistics, ranking, exit codes."""
 
 import json
+import os
 
 import numpy as np
 from absl.testing import absltest
 
-from pipelines import report_data, run_reader, score_statistics
+from pipelines import report_data, report_fixtures, run_reader, score_statistics
 
 SETTINGS = report_data.Settings(input_dir='/in', output_dir='/out', seed=3,
                                 bootstrap_reps=500, curve_bootstrap_reps=200)
@@ -207,6 +208,311 @@ class BuildReportTest(absltest.TestCase):
         points = report['plots']['sensitivity'][0]['points']
         self.assertEqual([point['value'] for point in points], [0.01, huge, '1e999', 'True'])
         json.dumps(report, allow_nan=False)  # report.json must be strict JSON.
+
+
+def staged(run, sweep_config, budget, rung, reason, bracket=0, detail=None):
+    """`run` as a trial of a staged sweep records it."""
+    run.sweep_config, run.budget, run.rung, run.bracket = sweep_config, budget, rung, bracket
+    run.stop_reason, run.stop_detail = reason, detail or f'{reason} at rung {rung}'
+    return run
+
+
+def decision(bracket, rung, budget, scores, promoted, sweep=''):
+    return {'sweep': sweep, 'bracket': bracket, 'rung': rung, 'budget': budget,
+            'metric': 'mean_return', 'mode': 'max', 'scores': scores, 'promoted': promoted}
+
+
+def rung_rows(report):
+    """The Rungs table: (bracket, rung, budget, entered, went on, decided, final,
+    [(label, score, rank, status)])."""
+    return [(row['bracket'], row['rung'], row['budget'], row['entered'], row['went_on'],
+             row['decided'], row['final'],
+             [(entry['label'], entry['score'], entry['rank'], entry['status'])
+              for entry in row['configurations']]) for row in report['rungs']]
+
+
+class HalvingReportTest(absltest.TestCase):
+    """The report of a successive-halving sweep (`report_fixtures.make_halving_sweep`)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        root = report_fixtures.make_halving_sweep(
+            os.path.join(absltest.get_default_test_tmpdir(), 'halving'), events=False)
+        cls.report = report_fixtures.build_report(
+            root, report_data.Settings(root, '/out', bootstrap_reps=500,
+                                       curve_bootstrap_reps=100))
+        cls.by_label = {config['label']: config for config in cls.report['configurations']}
+
+    def test_the_rungs_table(self):
+        lr = 'PPO.learning_rate='
+        self.assertEqual(rung_rows(self.report), [
+            (0, 0, 512, 4, 2, True, False, [(lr + '0.001', -150.0, 1, 'went on'),
+                                             (lr + '0.003', -165.0, 2, 'went on'),
+                                             (lr + '0.01', -180.0, 3, 'pruned'),
+                                             (lr + '0.03', -410.0, 4, 'pruned')]),
+            (0, 1, 1024, 2, 1, True, False, [(lr + '0.001', -200.0, 1, 'went on'),
+                                              (lr + '0.003', -220.0, 2, 'pruned')]),
+            (0, 2, 2048, 1, None, False, True, [(lr + '0.001', -250.0, 1, 'completed')]),
+        ])
+        ids = report_fixtures.HALVING_IDS
+        for row in self.report['rungs']:
+            self.assertEqual((row['sweep'], row['metric'], row['mode']), ('', 'mean_return',
+                                                                          'max'))
+            for entry in row['configurations']:
+                lr_value = entry['label'].removeprefix(lr)
+                self.assertEqual(entry['sweep_config'], ids[lr_value])
+                self.assertEqual(entry['config'], self.by_label[entry['label']]['id'])
+        self.assertTrue(self.report['staged'])
+
+    def test_configurations_are_ranked_only_against_those_of_their_budget(self):
+        configs = self.report['configurations']
+        # Ranked by final return alone, the pruned lr 0.01 (IQM -180 after 512 steps) would
+        # beat the full-budget winner (IQM -250 after 2048).
+        naive = max(configs, key=lambda config: config['final']['iqm']['value'])
+        self.assertEqual((naive['label'], naive['budget']), ('PPO.learning_rate=0.01', 512))
+        self.assertEqual([(config['rank'], config['label'], config['budget'],
+                           config['budget_rank'], config['final']['iqm']['value'])
+                          for config in configs], [
+            (1, 'PPO.learning_rate=0.001', 2048, 1, -250.0),
+            (2, 'PPO.learning_rate=0.003', 1024, 1, -220.0),
+            (3, 'PPO.learning_rate=0.01', 512, 1, -180.0),
+            (4, 'PPO.learning_rate=0.03', 512, 2, -410.0),
+        ])
+        self.assertEqual(self.report['best_configuration'],
+                         self.by_label['PPO.learning_rate=0.001']['id'])
+        # No configuration is ranked above one of a higher budget, and by return only within
+        # its budget.
+        for above, below in zip(configs, configs[1:], strict=False):
+            self.assertGreaterEqual(above['budget'], below['budget'])
+            if above['budget'] == below['budget']:
+                self.assertGreaterEqual(above['final']['iqm']['value'],
+                                        below['final']['iqm']['value'])
+        self.assertEqual([(group['budget'], group['full'], group['rungs'], group['title'],
+                           [self.label(key) for key in group['configurations']])
+                          for group in self.report['budget_groups']], [
+            (2048, True, [2], 'Trained to the full budget of 2048 env steps', ['0.001']),
+            (1024, False, [1], 'Stopped at 1024 env steps (pruned after rung 1)', ['0.003']),
+            (512, False, [0], 'Stopped at 512 env steps (pruned after rung 0)',
+             ['0.01', '0.03']),
+        ])
+
+    def label(self, key):
+        config = next(c for c in self.report['configurations'] if c['id'] == key)
+        return config['label'].removeprefix('PPO.learning_rate=')
+
+    def test_where_each_configuration_and_run_stopped(self):
+        stops = {config['label']: (config['rung'], config['bracket'], config['stop_reason'],
+                                   config['stop_detail'])
+                 for config in self.report['configurations']}
+        self.assertEqual(stops, {
+            'PPO.learning_rate=0.001': (2, 0, 'completed',
+                                        'trained to the full budget (2048 env steps)'),
+            'PPO.learning_rate=0.003': (1, 0, 'pruned', 'pruned after rung 1 (1024 env '
+                                        'steps): ranked 2 of 2 by max mean_return; the top 1 '
+                                        'went on'),
+            'PPO.learning_rate=0.01': (0, 0, 'pruned', 'pruned after rung 0 (512 env steps): '
+                                       'ranked 3 of 4 by max mean_return; the top 2 went on'),
+            'PPO.learning_rate=0.03': (0, 0, 'pruned', 'pruned after rung 0 (512 env steps): '
+                                       'ranked 4 of 4 by max mean_return; the top 2 went on'),
+        })
+        runs = {(run['config_label'], run['seed']): run for run in self.report['runs']}
+        run = runs['PPO.learning_rate=0.003', 1]
+        self.assertEqual((run['budget'], run['rung'], run['bracket'], run['stop_reason'],
+                          run['env_steps'], run['final_return']),
+                         (1024, 1, 0, 'pruned', 1024, -225.0))
+        self.assertEqual(run['sweep_config'], report_fixtures.HALVING_IDS['0.003'])
+
+    def test_summary_plots_compare_one_budget_at_a_time(self):
+        (entry,) = self.report['plots']['sensitivity']
+        # Only the 512-step group has two learning rates to set side by side.
+        self.assertEqual((entry['parameter'], entry['budget'], entry['plot']),
+                         ('PPO.learning_rate', 512, 'plots/sensitivity-0.svg'))
+        self.assertEqual([point['text'] for point in entry['points']], ['0.01', '0.03'])
+        self.assertEqual(self.report['plots']['iqm'], 'plots/iqm.svg')
+        json.dumps(self.report, allow_nan=False)
+
+
+class StagedTest(absltest.TestCase):
+    """Budgets and rungs from runs made here: ordinary sweeps, HyperBand, failures."""
+
+    def build(self, runs, rungs=()):
+        groups = {}
+        for run in runs:
+            if run.error is None:
+                groups.setdefault(run.config_key, []).append(run)
+        configs = [report_data.summarize_configuration(key, group, SETTINGS)
+                   for key, group in groups.items()]
+        return report_data.build_report(runs, configs, [], SETTINGS, rungs)
+
+    def test_a_sweep_without_a_scheduler_is_reported_as_before(self):
+        runs = [staged(make_run(f'{lr}/{seed}', seed, [-500.0, final], lr=lr), f'id{lr}', 200,
+                       0, 'completed')
+                for lr, final in (('0.001', -150.0), ('0.01', -100.0)) for seed in range(2)]
+        runs.append(make_run('outside', 5, [-500.0, -50.0], lr='0.1'))  # No sweep record.
+        report = self.build(runs)
+        self.assertFalse(report['staged'])
+        self.assertEqual(report['rungs'], [])
+        self.assertEqual([config['label'] for config in report['configurations']],
+                         ['PPO.learning_rate=0.1', 'PPO.learning_rate=0.01',
+                          'PPO.learning_rate=0.001'])
+        (group,) = report['budget_groups']
+        self.assertEqual(group['budget'], 200)
+        self.assertLen(group['configurations'], 3)
+        self.assertEqual([entry['budget'] for entry in report['plots']['sensitivity']], [None])
+        self.assertEqual(report['plots']['sensitivity'][0]['plot'], 'plots/sensitivity-0.svg')
+
+    def test_runs_outside_the_sweep_rank_last_in_a_staged_report(self):
+        runs = [staged(make_run('full', 0, [-300.0], lr='0.001'), 'a', 200, 1, 'completed'),
+                staged(make_run('pruned', 0, [-100.0], lr='0.01'), 'b', 100, 0, 'pruned'),
+                make_run('outside', 0, [-50.0], lr='0.1')]
+        report = self.build(runs, [decision(0, 0, 100, {'a': -200.0, 'b': -100.0}, ['a'])])
+        self.assertEqual([(config['label'], config['budget'])
+                          for config in report['configurations']],
+                         [('PPO.learning_rate=0.001', 200), ('PPO.learning_rate=0.01', 100),
+                          ('PPO.learning_rate=0.1', None)])
+        self.assertEqual(report['budget_groups'][-1]['title'],
+                         'Budget unknown (runs no sweep record tells the budget of)')
+
+    def test_hyperband_brackets_and_a_failed_seed(self):
+        # Bracket 0 starts 3 configurations at rung 0 (100 steps): c has a failed seed and no
+        # score, a goes on to the full 300; bracket 1 starts d at rung 1 (300 steps): no rung
+        # of it is decided, it trains to the full budget.
+        runs = [
+            staged(make_run('a0', 0, [-200.0, -150.0], lr='0.1'), 'a', 300, 1, 'completed'),
+            staged(make_run('a1', 1, [-220.0, -170.0], lr='0.1'), 'a', 300, 1, 'completed'),
+            staged(make_run('b0', 0, [-300.0], lr='0.2'), 'b', 100, 0, 'pruned'),
+            staged(make_run('b1', 1, [-320.0], lr='0.2'), 'b', 100, 0, 'pruned'),
+            staged(make_run('c0', 0, [-100.0], lr='0.3'), 'c', 100, 0, 'pruned'),
+            staged(make_run('c1', 1, [], lr='0.3', error='the sweep recorded this trial as '
+                            'failed'), 'c', None, 0, 'failed'),
+            staged(make_run('d0', 0, [-120.0, -140.0], lr='0.4'), 'd', 300, 1, 'completed',
+                   bracket=1),
+            staged(make_run('d1', 1, [-130.0, -160.0], lr='0.4'), 'd', 300, 1, 'completed',
+                   bracket=1),
+        ]
+        report = self.build(runs, [decision(0, 0, 100, {'a': -210.0, 'b': -310.0, 'c': None},
+                                            ['a'])])
+        lr = 'PPO.learning_rate='
+        self.assertEqual(rung_rows(report), [
+            (0, 0, 100, 3, 1, True, False, [(lr + '0.1', -210.0, 1, 'went on'),
+                                            (lr + '0.2', -310.0, 2, 'pruned'),
+                                            (lr + '0.3', None, None, 'no score')]),
+            (0, 1, 300, 1, None, False, True, [(lr + '0.1', -160.0, 1, 'completed')]),
+            (1, 1, 300, 1, None, False, True, [(lr + '0.4', -150.0, 1, 'completed')]),
+        ])
+        # Both brackets' full-budget configurations are ranked together, above the pruned.
+        self.assertEqual([(config['label'], config['budget_rank'])
+                          for config in report['configurations']],
+                         [(lr + '0.4', 1), (lr + '0.1', 2), (lr + '0.3', 1), (lr + '0.2', 2)])
+        self.assertEqual(report['best_configuration'], report['configurations'][0]['id'])
+
+
+class SweepOutputTest(absltest.TestCase):
+    """The report reads what pipelines/sweep.py and scheduler.py write: their course of a
+    successive-halving and a HyperBand sweep, with a stand-in trainer that writes each trial's
+    result and its run (an evaluation every 100 steps up to its budget)."""
+
+    SPEC = ('gin_files: [configs/pendulum.gin]\nbudget: {env_steps: 900}\nseeds: 2\n'
+            'grid:\n  PPO.learning_rate: [1, 2, 3, 4, 5, 6, 7, 8, 9]\n'
+            'scheduler: {type: TYPE, min_steps: 100, reduction_factor: 3}\n')
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # The sweep's modules (Beam, its flags) only for these tests.
+        from pipelines import scheduler, sweep, sweep_spec
+        from pipelines import trial as trial_lib
+        cls.modules = scheduler, sweep, sweep_spec, trial_lib
+
+    def make_sweep(self, kind):
+        scheduler, sweep, sweep_spec, trial_lib = self.modules
+        output_dir = self.create_tempdir().full_path
+        spec = sweep_spec.parse(self.SPEC.replace('TYPE', kind), 'spec.yaml')
+
+        def train(work):
+            for trial, stop in work:
+                budget = stop or spec.env_steps
+                rate = trial.bindings['PPO.learning_rate']
+                steps = list(range(100, budget + 1, 100))
+                # Best near rate 5, growing with the steps; pruned ones end above the winner
+                # (no ties: summary.csv and the report break them by different ids).
+                returns = [-abs(rate - 5.2) * 10 - 1000 / step + (step == budget) * 50 * (
+                    budget < spec.env_steps) + trial.seed for step in steps]
+                report_fixtures.make_run(
+                    trial_lib.trial_dir(output_dir, trial.id), returns, steps=steps,
+                    seed=trial.seed, bindings={'PPO.learning_rate': str(rate)}, events=False)
+                record = {'id': trial.id, 'config_id': trial.config_id, 'index': trial.index,
+                          'bindings': trial.bindings, 'seed': trial.seed, 'status': 'ok',
+                          'final_return': returns[-1], 'best_return': max(returns),
+                          'env_steps': budget, 'budget': budget,
+                          'final_metrics': {'mean_return': returns[-1]}, 'wall_time_s': 1.0,
+                          'error': None, 'logdir': f'trials/{trial.id}'}
+                with open(os.path.join(trial_lib.trial_dir(output_dir, trial.id),
+                                       'result.json'), 'w', encoding='utf-8') as f:
+                    json.dump(record, f)
+
+        course = scheduler.run(spec, output_dir, train)
+        records = scheduler.annotate(course, [trial_lib.read_result(output_dir, trial.id)
+                                              for trial in course.trials])
+        sweep.write_outputs(records, output_dir, spec.metric, spec.mode)
+        return output_dir, course
+
+    def check(self, kind):
+        output_dir, course = self.make_sweep(kind)
+        written = report_fixtures.build_report(output_dir, report_data.Settings(
+            output_dir, '/out', bootstrap_reps=100, curve_bootstrap_reps=20))
+        self.assertEqual((written['exit_code'], written['skipped']), (3, []))
+        self.assertEqual({entry['problem'] for entry in written['problems']},
+                         {'no TensorBoard event files: no training curve'})
+        self.assertTrue(written['staged'])
+        # Every decided rung as rungs.jsonl has it.
+        decided = [row for row in written['rungs'] if row['decided']]
+        self.assertEqual([(row['bracket'], row['rung'], row['budget']) for row in decided],
+                         sorted((key[0], key[1], decision['budget'])
+                                for key, decision in course.decisions.items()))
+        for row in decided:
+            decision = course.decisions[row['bracket'], row['rung']]
+            self.assertEqual({entry['sweep_config']: entry['score']
+                              for entry in row['configurations']}, decision['scores'])
+            self.assertEqual([entry['sweep_config'] for entry in row['configurations']
+                              if entry['status'] == 'went on'], decision['promoted'])
+        # Every configuration trained to the full budget appears in a completed rung, scored.
+        completed = sorted(entry['sweep_config'] for row in written['rungs'] if row['final']
+                           for entry in row['configurations'] if entry['status'] == 'completed')
+        with open(os.path.join(output_dir, 'trials.jsonl'), encoding='utf-8') as f:
+            records = [json.loads(line) for line in f]
+        self.assertEqual(completed, sorted({record['config_id'] for record in records
+                                            if record['stop_reason'] == 'completed'}))
+        # The report ranks the configurations as summary.csv does: by budget, then return.
+        with open(os.path.join(output_dir, 'summary.csv'), encoding='utf-8') as f:
+            summary = [line.split(',')[1] for line in f.read().splitlines()[1:]]
+        self.assertEqual([config['sweep_configs'] for config in written['configurations']],
+                         [[config_id] for config_id in summary])
+        stops = {record['config_id']: (record['budget'], record['rung'], record['bracket'],
+                                       record['stop_reason'], record['stop_detail'])
+                 for record in records}
+        for config in written['configurations']:
+            self.assertEqual((config['budget'], config['rung'], config['bracket'],
+                              config['stop_reason'], config['stop_detail']),
+                             stops[config['sweep_configs'][0]])
+        # A naive ranking by final return would put a pruned configuration first.
+        best = max(written['configurations'], key=lambda config: config['final']['iqm']['value'])
+        self.assertEqual(best['stop_reason'], 'pruned')
+        self.assertEqual(written['configurations'][0]['stop_reason'], 'completed')
+        return written
+
+    def test_successive_halving(self):
+        written = self.check('successive_halving')
+        self.assertEqual([(row['rung'], row['entered'], row['went_on'])
+                          for row in written['rungs']], [(0, 9, 3), (1, 3, 1), (2, 1, None)])
+
+    def test_hyperband(self):
+        written = self.check('hyperband')
+        self.assertEqual(sorted({row['bracket'] for row in written['rungs']}), [0, 1, 2])
+        last = [row for row in written['rungs'] if row['bracket'] == 2]
+        self.assertEqual([(row['rung'], row['decided'], row['final']) for row in last],
+                         [(2, False, True)])
 
 
 class NamesTest(absltest.TestCase):

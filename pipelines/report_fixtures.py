@@ -6,6 +6,7 @@ show. The exported policy is copied from one tiny real training run (`train_tiny
 since only a trained agent can be exported.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -208,3 +209,97 @@ def make_extreme_runs(root):
                           seed=seed, metrics=False)
         make_special_metrics(os.path.join(logdir, 'metrics.jsonl'), kind)
     return root
+
+
+# A successive-halving sweep (pipelines/scheduler.py; η = 2, rungs of 512, 1024 and 2048 env
+# steps, metric max mean_return) of four learning rates x two seeds. Each seed's evaluation
+# returns at 256, 512, ... up to the budget it was trained to: all four to 512 (rung 0, scores
+# -150, -165, -180, -410), the best two to 1024 (rung 1, scores -200, -220), the best one to
+# the full 2048. The winner's return falls after 512 steps, so pruned lr 0.01 ends higher
+# (-175, -185) and lr 0.003 too (-215, -225) than the winner at the full budget (-240, -260):
+# ranked by final return alone, a pruned configuration would come first.
+HALVING_BUDGETS = (512, 1024, 2048)
+HALVING_RETURNS = {
+    '0.001': ([-900.0, -140.0, -170.0, -190.0, -200.0, -220.0, -230.0, -240.0],
+              [-900.0, -160.0, -190.0, -210.0, -220.0, -240.0, -250.0, -260.0]),
+    '0.003': ([-900.0, -160.0, -200.0, -215.0], [-900.0, -170.0, -210.0, -225.0]),
+    '0.01': ([-900.0, -175.0], [-900.0, -185.0]),
+    '0.03': ([-900.0, -400.0], [-900.0, -420.0]),
+}
+# The sweep's id of each learning rate's configuration (as sweep_spec makes them: 8 hex digits).
+HALVING_IDS = {lr: hashlib.sha256(f'lr={lr}'.encode()).hexdigest()[:8]
+               for lr in HALVING_RETURNS}
+
+
+def _rung_scores(budget, lrs):
+    """{config id: mean over seeds of the return at `budget`} of the learning rates `lrs`."""
+    index = budget // 256 - 1
+    return {HALVING_IDS[lr]: sum(returns[index] for returns in HALVING_RETURNS[lr]) / 2
+            for lr in lrs}
+
+
+def make_halving_sweep(root, events=True, policy=None):
+    """A halving sweep's output as pipelines/sweep.py writes it (`HALVING_RETURNS`):
+    trials.jsonl with each trial's budget, rung, bracket and why it stopped, rungs.jsonl with
+    the decisions of rungs 0 and 1, and trials/<id>/ with each run, whose operative config has
+    the full budget (the trainer was stopped by --stop_at_step). Returns `root`."""
+    decisions, entrants = [], list(HALVING_RETURNS)
+    for rung, budget in enumerate(HALVING_BUDGETS[:-1]):
+        scores = _rung_scores(budget, entrants)
+        promoted = sorted(scores, key=lambda key: (-scores[key], key))[:len(scores) // 2]
+        decisions.append({'bracket': 0, 'rung': rung, 'budget': budget,
+                          'metric': 'mean_return', 'mode': 'max', 'scores': scores,
+                          'promoted': promoted, 'decided_at': 1_700_000_000.0 + rung})
+        entrants = [lr for lr in entrants if HALVING_IDS[lr] in promoted]
+    records = []
+    for config_index, (lr, seeds) in enumerate(HALVING_RETURNS.items()):
+        config_id = HALVING_IDS[lr]
+        for seed, returns in enumerate(seeds):
+            trial_id = f'{config_id}-seed{seed}'
+            steps = [256 * (i + 1) for i in range(len(returns))]
+            make_run(os.path.join(root, 'trials', trial_id), returns, steps=steps, seed=seed,
+                     bindings={'PPO.learning_rate': lr}, events=events, policy=policy,
+                     train_returns=[value - 50 for value in returns] if events else None)
+            rung = HALVING_BUDGETS.index(steps[-1])
+            if rung == len(HALVING_BUDGETS) - 1:
+                reason, detail = 'completed', f'trained to the full budget ({steps[-1]} env steps)'
+            else:
+                decision = decisions[rung]
+                order = sorted(decision['scores'], key=lambda key: -decision['scores'][key])
+                reason, detail = 'pruned', (
+                    f'pruned after rung {rung} ({steps[-1]} env steps): ranked '
+                    f'{order.index(config_id) + 1} of {len(order)} by max mean_return; the top '
+                    f'{len(decision["promoted"])} went on')
+            records.append({
+                'id': trial_id, 'config_id': config_id, 'index': config_index * 2 + seed,
+                'bindings': {'PPO.learning_rate': float(lr)}, 'seed': seed, 'status': 'ok',
+                'final_return': returns[-1], 'best_return': max(returns),
+                'env_steps': steps[-1], 'budget': steps[-1],
+                'final_metrics': {'mean_return': returns[-1], 'std_return': 0.0,
+                                  'mean_length': 200.0},
+                'wall_time_s': 1.0, 'error': None, 'logdir': f'trials/{trial_id}',
+                'finished_at': 1_700_000_000.0, 'worker': 'host/1', 'rung': rung,
+                'bracket': 0, 'stop_reason': reason, 'stop_detail': detail})
+    with open(os.path.join(root, 'trials.jsonl'), 'w', encoding='utf-8') as f:
+        f.write(''.join(json.dumps(record) + '\n' for record in records))
+    with open(os.path.join(root, 'rungs.jsonl'), 'w', encoding='utf-8') as f:
+        f.write(''.join(json.dumps(decision) + '\n' for decision in decisions))
+    return root
+
+
+def build_report(root, settings):
+    """report.json's content for the runs under `root`, as //pipelines:report builds it but in
+    this process and without plots or videos."""
+    from pipelines import report_data, run_reader
+
+    discovery = run_reader.find_runs(root)
+    runs = [run_reader.read_run(logdir, root, trial, settings.ignore_bindings)
+            for logdir, trial in discovery.runs]
+    groups = {}
+    for run in runs:
+        if run.error is None:
+            groups.setdefault(run.config_key, []).append(run)
+    configurations = [report_data.summarize_configuration(key, group, settings)
+                      for key, group in sorted(groups.items())]
+    return report_data.build_report(runs + discovery.missing, configurations,
+                                    discovery.problems, settings, discovery.rungs)

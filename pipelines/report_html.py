@@ -46,8 +46,9 @@ def environment():
 
 def render_index(report):
     runs_by_id = {run['id']: run for run in report['runs']}
-    return environment().get_template('index.html.j2').render(report=report,
-                                                               runs_by_id=runs_by_id)
+    configs_by_id = {config['id']: config for config in report['configurations']}
+    return environment().get_template('index.html.j2').render(
+        report=report, runs_by_id=runs_by_id, configs_by_id=configs_by_id)
 
 
 def render_run(report, run):

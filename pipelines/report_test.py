@@ -318,6 +318,40 @@ class ExtremeRunsTest(absltest.TestCase):
         self.assertEqual(config['curve']['steps'], [256, 512, 768])  # Not the 1e19 step.
 
 
+class HalvingSweepTest(absltest.TestCase):
+    """The report of a successive-halving sweep (`report_fixtures.make_halving_sweep`) through
+    the pipeline: rungs, budgets, and plots of one budget at a time."""
+
+    def test_report_of_a_halving_sweep(self):
+        tmp = self.create_tempdir().full_path
+        sweep = report_fixtures.make_halving_sweep(os.path.join(tmp, 'sweep'))
+        output = os.path.join(tmp, 'report')
+        with flagsaver.flagsaver(input=sweep, output_dir=output, videos=False, **FAST):
+            self.assertEqual(report.main(['report', IN_PROCESS]), 0)
+        written = read_json(os.path.join(output, 'report.json'))
+        self.assertEqual([(config['label'], config['budget'])
+                          for config in written['configurations']],
+                         [('PPO.learning_rate=0.001', 2048), ('PPO.learning_rate=0.003', 1024),
+                          ('PPO.learning_rate=0.01', 512), ('PPO.learning_rate=0.03', 512)])
+        self.assertEqual([(row['rung'], row['budget'], row['entered'], row['went_on'])
+                          for row in written['rungs']],
+                         [(0, 512, 4, 2), (1, 1024, 2, 1), (2, 2048, 1, None)])
+        names = set()
+        for parent, _, files in os.walk(output):
+            names.update(os.path.relpath(os.path.join(parent, name), output) for name in files)
+        expected = {'index.html', 'report.json', 'plots/learning_curves.svg', 'plots/iqm.svg',
+                    'plots/sensitivity-0.svg'}
+        expected |= {config['plot'] for config in written['configurations']}
+        expected |= {path for run in written['runs'] for path in (run['page'], run['plot'])}
+        self.assertEqual(names, expected)
+        with open(os.path.join(output, 'plots', 'iqm.svg'), encoding='utf-8') as f:
+            iqm = f.read()
+        for group in written['budget_groups']:
+            self.assertIn(html.escape(group['title']), iqm)
+        with open(os.path.join(output, 'plots', 'sensitivity-0.svg'), encoding='utf-8') as f:
+            self.assertIn('Sensitivity to PPO.learning_rate at 512 env steps', f.read())
+
+
 class RenderVideoTest(absltest.TestCase):
 
     SETTINGS = report_data.Settings('/in', '/out', seed=7, video_max_steps=9, video_size=99)

@@ -21,7 +21,10 @@ that is no regular file (a directory, a dangling symbolic link, a FIFO, a socket
 such a problem and is never opened: opening a FIFO would block until some writer came.
 
 A sweep's `trials.jsonl` (pipelines/sweep.py) adds each trial's status, seed and bindings; a
-trial the sweep recorded as failed is skipped with its error.
+trial the sweep recorded as failed is skipped with its error. A sweep with a scheduler
+(successive halving, pipelines/scheduler.py) also tells each trial's budget (the env steps it was
+trained to), rung, bracket and why it stopped, and its `rungs.jsonl` each rung's decision: the
+configurations' scores and which went on. Outside such sweeps these are None.
 
 The input may be an object-storage URL (`gs://...`, see agents/runs/run_dir.py): runs are then
 found in one listing of everything under it, and each run's small files (gin, metrics.jsonl,
@@ -54,6 +57,7 @@ METRICS_FILE = run_dir.METRICS_FILE  # As agents/runs/loop.py writes it.
 POLICY_DIR = run_dir.POLICY_DIR  # As agents/runs/policy_export.py exports to it.
 EVENTS_PATTERN = run_dir.EVENTS_PREFIX + '*'
 TRIALS_FILE = 'trials.jsonl'
+RUNGS_FILE = 'rungs.jsonl'  # As pipelines/scheduler.py writes it.
 EVAL_TAG = 'eval/mean_return'
 TRAIN_RETURN_TAG = 'train/episode_return'
 SEED_BINDING = 'train.seed'
@@ -80,6 +84,17 @@ class Run:
     policy_dir: Any = None
     problems: list = dataclasses.field(default_factory=list)
     error: Any = None
+    # From the sweep's record of the trial (None where it does not tell): the sweep's id of the
+    # configuration, the env steps it was trained to, the rung and HyperBand bracket it last
+    # trained in, why it stopped ('completed', 'pruned', 'failed') in a word and a sentence,
+    # and the numbers of its last evaluation.
+    sweep_config: Any = None
+    budget: Any = None
+    rung: Any = None
+    bracket: Any = None
+    stop_reason: Any = None
+    stop_detail: Any = None
+    final_metrics: dict = dataclasses.field(default_factory=dict)
 
     @property
     def final_return(self):
@@ -100,6 +115,8 @@ class Discovery:
     runs: list  # [(logdir, trial record or None)], sorted by logdir.
     missing: list  # [Run] of sweep trials without a logdir, each with its `error`.
     problems: list  # Sentences about unreadable sweep files.
+    # The rung decisions of halving sweeps (`read_rungs`), by sweep, bracket and rung.
+    rungs: list = dataclasses.field(default_factory=list)
 
 
 def is_run_file(name):
@@ -174,10 +191,12 @@ def find_runs(root, exclude=()):
         raise NotADirectoryError(f'input {root} is not a directory')
     exclude = {_normalize(path) for path in exclude}
     join = run_dir.join if tree is not None else os.path.join
-    logdirs, trial_files = [], []
+    logdirs, trial_files, rung_files = [], [], []
     for parent, directories, names in _walk(root, tree):
         if TRIALS_FILE in names:
             trial_files.append(join(parent, TRIALS_FILE))
+        if RUNGS_FILE in names:
+            rung_files.append((parent, join(parent, RUNGS_FILE)))
         if any(is_run_file(name) for name in names):
             logdirs.append(parent)
             directories[:] = []
@@ -194,35 +213,51 @@ def find_runs(root, exclude=()):
     runs = [(logdir, trials.pop(logdir, None)) for logdir in sorted(logdirs)]
     missing = []
     for logdir, record in sorted(trials.items()):
-        missing.append(Run(run_id_of(logdir, root), logdir, error=(
+        run = Run(run_id_of(logdir, root), logdir, error=(
             f'the sweep lists trial {record.get("id")!r} (status {record.get("status")!r}'
-            f'{_trial_error_suffix(record)}) but its logdir {logdir} holds no run')))
-    return Discovery(runs, missing, problems)
+            f'{_trial_error_suffix(record)}) but its logdir {logdir} holds no run'))
+        _read_sweep_fields(run, record)
+        missing.append(run)
+    rungs = []
+    for parent, path in rung_files:
+        found, file_problems = read_rungs(path, run_id_of(parent, root) if parent != root else '')
+        rungs += found
+        problems += file_problems
+    return Discovery(runs, missing, problems, rungs)
 
 
 def _trial_error_suffix(record):
     return f': {record["error"]}' if record.get('error') else ''
 
 
+def _json_lines(path):
+    """([(line number, JSON value)] of a sweep's JSON-lines file, [problems of the file and of
+    the lines that could not be read])."""
+    trouble = None if run_dir.is_remote(path) else file_trouble(path)
+    if trouble:
+        return [], [not_read(path, trouble)]
+    try:
+        lines = list(metrics.read_lines(path))
+    except OSError as error:
+        return [], [not_read(path, unreadable(error))]
+    records, problems = [], []
+    for line in lines:
+        if line.problem:
+            problems.append(f'{path} line {line.number}: {line.problem}')
+        else:
+            records.append((line.number, line.record))
+    return records, problems
+
+
 def _read_trials(path, is_directory=os.path.isdir):
     """{logdir: last record} of a sweep's trials.jsonl, and the lines that could not be read."""
     join = run_dir.join if run_dir.is_remote(path) else os.path.join
     base = path.rsplit('/', 1)[0] if run_dir.is_remote(path) else os.path.dirname(path)
-    trials, problems = {}, []
-    trouble = None if run_dir.is_remote(path) else file_trouble(path)
-    if trouble:
-        return trials, [not_read(path, trouble)]
-    try:
-        lines = list(metrics.read_lines(path))
-    except OSError as error:
-        return trials, [not_read(path, unreadable(error))]
-    for line in lines:
-        record = line.record
-        if line.problem:
-            problems.append(f'{path} line {line.number}: {line.problem}')
-            continue
+    trials = {}
+    lines, problems = _json_lines(path)
+    for number, record in lines:
         if not isinstance(record, dict) or not isinstance(record.get('id'), str):
-            problems.append(f'{path} line {line.number}: not a trial record with an "id"')
+            problems.append(f'{path} line {number}: not a trial record with an "id"')
             continue
         candidates = [join(base, 'trials', record['id']), join(base, record['id'])]
         if isinstance(record.get('logdir'), str):
@@ -230,6 +265,57 @@ def _read_trials(path, is_directory=os.path.isdir):
         logdir = next((c for c in candidates if is_directory(c)), candidates[0])
         trials[_normalize(logdir)] = record
     return trials, problems
+
+
+def read_rungs(path, sweep=''):
+    """The rung decisions in a halving sweep's rungs.jsonl (pipelines/scheduler.py), and the
+    lines that could not be read.
+
+    Each decision is as stored, {'bracket', 'rung', 'budget', 'metric', 'mode', 'scores':
+    {sweep config id: score or None}, 'promoted': [config ids, best first], ...}, plus 'sweep':
+    `sweep`, the sweep's directory under the report's input ('' for the input itself). Sorted
+    by bracket and rung; of two lines of one rung the later counts.
+    """
+    lines, problems = _json_lines(path)
+    decisions = {}
+    for number, record in lines:
+        trouble = _decision_trouble(record)
+        if trouble:
+            problems.append(f'{path} line {number}: {trouble}; not used')
+            continue
+        record = dict(record, sweep=sweep, metric=record.get('metric', 'mean_return'),
+                      mode=record.get('mode', 'max'))
+        decisions[record['bracket'], record['rung']] = record
+    return [decisions[key] for key in sorted(decisions)], problems
+
+
+def _is_count(value):
+    """Whether `value` is an integer (not a boolean) a step count can be: 0 to MAX_STEP."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
+
+
+def _is_score(value):
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value) and abs(value) <= MAX_MAGNITUDE)
+
+
+def _decision_trouble(record):
+    """Why a rungs.jsonl line is no rung decision, or None."""
+    if not isinstance(record, dict):
+        return 'not a rung decision (a JSON object)'
+    for name in ('bracket', 'rung', 'budget'):
+        if not _is_count(record.get(name)):
+            return f'"{name}" is {json.dumps(record.get(name))[:40]}, not a step count'
+    scores = record.get('scores')
+    if not isinstance(scores, dict) or not all(map(_is_score, scores.values())):
+        return '"scores" is not an object of numbers (within ±1e+300) or nulls'
+    promoted = record.get('promoted')
+    if not isinstance(promoted, list) or not all(isinstance(key, str) for key in promoted):
+        return '"promoted" is not a list of configuration ids'
+    for name in ('metric', 'mode'):
+        if not isinstance(record.get(name, ''), str):
+            return f'"{name}" is not a text'
+    return None
 
 
 def file_trouble(path):
@@ -455,6 +541,8 @@ def _read_into(run, logdir, trial, ignore_bindings):
     """Reads the files of `run` in local directory `logdir` (its logdir or a copy)."""
     if trial is not None and trial.get('status') == 'failed':
         run.error = f'the sweep recorded this trial as failed{_trial_error_suffix(trial)}'
+    if trial is not None:
+        _read_sweep_fields(run, trial)
     _read_config(run, logdir, trial)
     if not run.bindings and trial is not None:
         run.bindings = _trial_bindings(trial)
@@ -539,6 +627,34 @@ def _sort_curve(run):
     by_step = dict(zip(run.eval_steps, run.eval_returns, strict=True))
     run.eval_steps = sorted(by_step)
     run.eval_returns = [by_step[step] for step in run.eval_steps]
+
+
+# The fields of a staged sweep's trial record (pipelines/scheduler.py `annotate`) a Run takes,
+# with what each must be.
+_SWEEP_FIELDS = (('config_id', 'sweep_config', str, 'a text'),
+                 ('budget', 'budget', _is_count, 'a step count'),
+                 ('rung', 'rung', _is_count, 'a rung number'),
+                 ('bracket', 'bracket', _is_count, 'a bracket number'),
+                 ('stop_reason', 'stop_reason', str, 'a text'),
+                 ('stop_detail', 'stop_detail', str, 'a text'))
+
+
+def _read_sweep_fields(run, trial):
+    """Takes the trial's place in its sweep from its record; a value of the wrong kind is a
+    problem and not taken."""
+    for key, attribute, kind, what in _SWEEP_FIELDS:
+        value = trial.get(key)
+        if value is None:
+            continue
+        if isinstance(value, kind) if isinstance(kind, type) else kind(value):
+            setattr(run, attribute, value)
+        else:
+            run.problems.append(f'{TRIALS_FILE} gives its "{key}" as '
+                                f'{json.dumps(value)[:40]}, not {what}; not used')
+    final_metrics = trial.get('final_metrics')
+    if isinstance(final_metrics, dict):
+        run.final_metrics = {name: value for name, value in final_metrics.items()
+                             if value is not None and _is_score(value)}
 
 
 def _trial_bindings(trial):

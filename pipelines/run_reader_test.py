@@ -414,5 +414,110 @@ class FindRunsTest(absltest.TestCase):
             run_reader.find_runs(os.path.join(self.root, 'nope'))
 
 
+class HalvingSweepTest(absltest.TestCase):
+    """A successive-halving sweep (`report_fixtures.make_halving_sweep`) read back."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = self.create_tempdir().full_path
+        self.sweep = report_fixtures.make_halving_sweep(os.path.join(self.root, 'sweep'),
+                                                        events=False)
+        self.ids = report_fixtures.HALVING_IDS
+
+    def test_rung_decisions_are_found_beside_the_trials(self):
+        discovery = run_reader.find_runs(self.root)
+        self.assertEqual((discovery.missing, discovery.problems), ([], []))
+        self.assertLen(discovery.runs, 8)
+        ids = self.ids
+        self.assertEqual([{key: value for key, value in decision.items() if key != 'decided_at'}
+                          for decision in discovery.rungs], [
+            {'sweep': 'sweep', 'bracket': 0, 'rung': 0, 'budget': 512, 'metric': 'mean_return',
+             'mode': 'max', 'scores': {ids['0.001']: -150.0, ids['0.003']: -165.0,
+                                       ids['0.01']: -180.0, ids['0.03']: -410.0},
+             'promoted': [ids['0.001'], ids['0.003']]},
+            {'sweep': 'sweep', 'bracket': 0, 'rung': 1, 'budget': 1024,
+             'metric': 'mean_return', 'mode': 'max',
+             'scores': {ids['0.001']: -200.0, ids['0.003']: -220.0},
+             'promoted': [ids['0.001']]},
+        ])
+        # The sweep as the input itself: its decisions belong to the sweep ''.
+        self.assertEqual({decision['sweep'] for decision in run_reader.find_runs(
+            self.sweep).rungs}, {''})
+
+    def test_a_pruned_and_a_completed_trial(self):
+        discovery = run_reader.find_runs(self.sweep)
+        trials = dict(discovery.runs)
+        pruned_dir = os.path.join(self.sweep, 'trials', f'{self.ids["0.01"]}-seed1')
+        pruned = run_reader.read_run(pruned_dir, self.sweep, trials[pruned_dir])
+        self.assertEqual(pruned.problems, ['no TensorBoard event files: no training curve'])
+        self.assertIsNone(pruned.error)
+        self.assertEqual((pruned.eval_steps, pruned.eval_returns), ([256, 512], [-900.0, -185.0]))
+        self.assertEqual((pruned.sweep_config, pruned.budget, pruned.rung, pruned.bracket,
+                          pruned.stop_reason), (self.ids['0.01'], 512, 0, 0, 'pruned'))
+        self.assertEqual(pruned.stop_detail, 'pruned after rung 0 (512 env steps): ranked 3 of '
+                         '4 by max mean_return; the top 2 went on')
+        self.assertEqual(pruned.final_metrics, {'mean_return': -185.0, 'std_return': 0.0,
+                                                'mean_length': 200.0})
+        # Its configuration holds the full budget: the trainer was stopped at the rung.
+        self.assertEqual(pruned.bindings['train.total_steps'], '2048')
+        completed_dir = os.path.join(self.sweep, 'trials', f'{self.ids["0.001"]}-seed0')
+        completed = run_reader.read_run(completed_dir, self.sweep, trials[completed_dir])
+        self.assertEqual((completed.budget, completed.rung, completed.stop_reason,
+                          completed.stop_detail, completed.final_return),
+                         (2048, 2, 'completed', 'trained to the full budget (2048 env steps)',
+                          -240.0))
+        self.assertEqual(completed.config_key, run_reader.read_run(
+            os.path.join(self.sweep, 'trials', f'{self.ids["0.001"]}-seed1'), self.sweep,
+            trials[os.path.join(self.sweep, 'trials', f'{self.ids["0.001"]}-seed1')]).config_key)
+
+    def test_runs_outside_staged_sweeps_have_no_stop(self):
+        logdir = report_fixtures.make_run(os.path.join(self.root, 'alone'), [-1.0],
+                                          events=False)
+        run = run_reader.read_run(logdir, self.root)
+        self.assertEqual((run.sweep_config, run.budget, run.rung, run.bracket, run.stop_reason,
+                          run.stop_detail, run.final_metrics), (None,) * 6 + ({},))
+
+    def test_bad_rung_lines_and_trial_fields_are_problems(self):
+        path = os.path.join(self.sweep, 'rungs.jsonl')
+        with open(path, 'a', encoding='utf-8') as f:
+            f.write('{"bracket": 0, "rung\n')
+            f.write('[1, 2]\n')
+            f.write(json.dumps({'bracket': 0, 'rung': True, 'budget': 1, 'scores': {},
+                                'promoted': []}) + '\n')
+            f.write(json.dumps({'bracket': 0, 'rung': 5, 'budget': 1,
+                                'scores': {'a': 'high'}, 'promoted': []}) + '\n')
+            f.write(json.dumps({'bracket': 0, 'rung': 5, 'budget': 1, 'scores': {'a': 1.0},
+                                'promoted': 'a'}) + '\n')
+            f.write(json.dumps({'bracket': 0, 'rung': 5, 'budget': 1, 'scores': {'a': 1.0},
+                                'promoted': ['a'], 'metric': 3}) + '\n')
+        discovery = run_reader.find_runs(self.sweep)
+        self.assertLen(discovery.rungs, 2)
+        self.assertEqual(discovery.problems, [
+            f'{path} line 3: not JSON (Unterminated string starting at)',
+            f'{path} line 4: not a rung decision (a JSON object); not used',
+            f'{path} line 5: "rung" is true, not a step count; not used',
+            f'{path} line 6: "scores" is not an object of numbers (within ±1e+300) or nulls; '
+            'not used',
+            f'{path} line 7: "promoted" is not a list of configuration ids; not used',
+            f'{path} line 8: "metric" is not a text; not used',
+        ])
+        record = {'id': 't', 'status': 'ok', 'config_id': 7, 'budget': 'lots', 'rung': -1,
+                  'stop_reason': 'pruned', 'final_metrics': {'mean_return': 'x'}}
+        run = run_reader.read_run(os.path.join(self.sweep, 'trials', f'{self.ids["0.01"]}-seed0'),
+                                  self.sweep, record)
+        self.assertEqual(run.problems, [
+            'trials.jsonl gives its "config_id" as 7, not a text; not used',
+            'trials.jsonl gives its "budget" as "lots", not a step count; not used',
+            'trials.jsonl gives its "rung" as -1, not a rung number; not used',
+            'no TensorBoard event files: no training curve',
+        ])
+        self.assertEqual((run.sweep_config, run.budget, run.rung, run.stop_reason,
+                          run.final_metrics), (None, None, None, 'pruned', {}))
+
+    def test_rungs_file_name_matches_the_scheduler(self):
+        from pipelines import scheduler
+        self.assertEqual(run_reader.RUNGS_FILE, scheduler.RUNGS_FILE)
+
+
 if __name__ == '__main__':
     absltest.main()

@@ -397,9 +397,10 @@ def main(argv):
             course = scheduler.run(spec, output_dir, train, study)
     except StageError as error:
         return f'sweep: error: {error}'
-    records = scheduler.annotate(course, [
-        trial_lib.read_result(output_dir, trial.id) or _missing(trial)
-        for trial in course.trials])
+    records = [trial_lib.read_result(output_dir, trial.id) or _missing(trial)
+               for trial in course.trials]
+    if spec.scheduler:
+        records = scheduler.annotate(course, records)
     write_outputs(records, output_dir, spec.metric, spec.mode)
     return report(output_dir, time.time() - started_at, spec.metric, spec.mode)
 
