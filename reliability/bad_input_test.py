@@ -30,6 +30,17 @@ MINIMUM_ROWS = 20
 BUCKET = 'runs'  # An empty bucket on the test's GCS API server; other buckets do not exist.
 
 
+def stored_config(gin_file):
+    """The configuration the trainer stores for `gin_file` (default flags), parsed in a child
+    process: its gin registry is the trainer's."""
+    return subprocess.run(
+        [sys.executable, '-c', 'import sys; from agents.scripts import train; '
+         'from agents.runs import run_config; '
+         'sys.stdout.write(run_config.load([sys.argv[1]], [], seed=0))', gin_file],
+        cwd=harness.ROOT, env=harness.environment(), capture_output=True, text=True, timeout=300,
+        check=True).stdout
+
+
 def read_catalogue(path=CATALOGUE):
     """The rows of the table: dicts of id, mistake, command and message (without backticks)."""
     with open(path, encoding='utf-8') as f:
@@ -71,6 +82,7 @@ class BadInputTest(parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
+        cls.pendulum_config = stored_config('configs/pendulum.gin')
         cls.emulator = gcs_testing.GcsEmulator(buckets=(BUCKET,),
                                                log_dir=absltest.TEST_TMPDIR.value)
         cls.emulator.__enter__()
@@ -97,13 +109,16 @@ class BadInputTest(parameterized.TestCase):
         run_config.prepare_logdir(self.other_run, "train.env_id = 'CartPole-v1'\n")
         with open(os.path.join(self.other_run, 'metrics.jsonl'), 'w') as f:
             f.write('{"step": 512, "mean_return": 20.0}\n')
+        self.longer_run = os.path.join(fixtures.full_path, 'longer_run')
+        run_config.prepare_logdir(self.longer_run, self.pendulum_config)
         self.locked = os.path.join(fixtures.full_path, 'locked')
         self.lock = run_config.lock_logdir(self.locked)  # Held by this process.
         self.addCleanup(self.lock.release)
         self.fixtures = fixtures.full_path
         self.placeholders = {
             'file': self.file, 'foreign': self.foreign, 'run': self.run_dir,
-            'other_run': self.other_run, 'locked': self.locked, 'holder': str(os.getpid()),
+            'other_run': self.other_run, 'longer_run': self.longer_run, 'locked': self.locked,
+            'holder': str(os.getpid()),
             'missing': os.path.join(fixtures.full_path, 'missing'), 'testdata': TESTDATA,
             'bucket': BUCKET,
         }

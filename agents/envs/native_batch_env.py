@@ -50,6 +50,10 @@ class NativeBatchEnv(tf.Module):
     parsed.
     """
 
+    # The whole state is in the variables: a checkpoint of them (the trainer's, on this backend)
+    # holds the episodes in flight, which a resumed run continues.
+    state_in_variables = True
+
     def __init__(self, env, num_envs, seed=0, wrappers=(), check_inputs=True, name=None):
         """Creates the variables; every environment needs a reset before its first step.
 
@@ -57,7 +61,8 @@ class NativeBatchEnv(tf.Module):
           env: a `native_env.NativeEnv`.
           num_envs: positive number of environments.
           seed: int; start states come from the stateless RNG with seeds (seed, reset count),
-            so the same seed and actions give the same trajectories.
+            so the same seed and actions give the same trajectories (`seed_next_reset` sets
+            the count).
           wrappers: names among `WRAPPERS`, innermost first, as in `wrappers.apply_wrappers`.
           check_inputs: check in the graph that stepped environments are running, actions are
             finite (and in range for discrete actions) and reset indices exist. The checks cost
@@ -95,7 +100,8 @@ class NativeBatchEnv(tf.Module):
                 tf.zeros(batch, tf.bool), trainable=False, name='terminated')
             self.truncated = tf.Variable(
                 tf.ones(batch, tf.bool), trainable=False, name='truncated')
-            # Reset calls so far: the second half of the RNG seed of the next reset.
+            # The second half of the RNG seed of the next reset: counts the reset calls (from
+            # the value of `seed_next_reset`, if it was called).
             self.resets = tf.Variable(
                 tf.constant(0, tf.int64), trainable=False, name='resets')
 
@@ -165,6 +171,20 @@ class NativeBatchEnv(tf.Module):
         self.resets.assign_add(1)
         self._set(mask, self.env.sample_initial_state(self._num_envs, seed))
         return self.observ.read_value()
+
+    def seed_next_reset(self, seed):
+        """Restarts the stream of reset seeds: the next reset draws its start states with the
+        stateless seed (seed of the constructor, `seed`), the one after it with (..., `seed` + 1),
+        and so on (`seed`: a non-negative integer below 2**62).
+
+        E.g. an evaluation that reseeds its environments before its first reset depends on the
+        seed and the policy alone, not on the evaluations before it.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f'seed must be an integer, got {seed!r}')
+        if not 0 <= seed < 2**62:
+            raise ValueError(f'seed must be in [0, 2**62), got {seed}')
+        self.resets.assign(int(seed))
 
     def set_state(self, state, indices=None, elapsed=0):
         """Puts the environments at `indices` (all if None) into the physical `state`.

@@ -62,6 +62,30 @@ class NativeBatchEnvTest(parameterized.TestCase):
             tf.constant(after['state'])))
         self.assertEqual(after['resets'], before['resets'] + 1)
 
+    def test_seed_next_reset_restarts_the_stream_of_reset_seeds(self):
+        first, second = _pendulum_env(4, seed=1), _pendulum_env(4, seed=1)
+        first.reset()
+        first.reset([0, 2])
+        first.seed_next_reset(2**40)
+        first.reset()
+        first.reset([1])
+        second.seed_next_reset(2**40)
+        second.reset()
+        second.reset([1])
+        # The same reset seeds from the same value, whatever came before.
+        for name, value in _snapshot(first).items():
+            np.testing.assert_array_equal(value, _snapshot(second)[name], err_msg=name)
+        self.assertEqual(int(first.resets), 2**40 + 2)
+        other = _pendulum_env(4, seed=1)
+        other.seed_next_reset(2**40 + 1)
+        other.reset()
+        self.assertFalse((other.state.numpy() == second.state.numpy()).all())
+        self.assertTrue(first.state_in_variables)
+        for seed, error in ((-1, ValueError), (2**62, ValueError), (1.5, TypeError),
+                            (False, TypeError)):
+            with self.assertRaises(error):
+                first.seed_next_reset(seed)
+
     def test_reset_mask_equals_reset_indices(self):
         first, second = _pendulum_env(4, seed=1), _pendulum_env(4, seed=1)
         first.reset([1, 3])

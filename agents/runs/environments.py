@@ -25,7 +25,8 @@ MODES = ('external', 'in_process', 'hybrid')
 # Bounded observations and actions rescaled to [-1, 1], the policy's actions clipped to the
 # action space.
 DEFAULT_WRAPPERS = ('range_normalize', 'ClipAction')
-# Seeds of the evaluation environments: far from those of the training environments.
+# Seeds of the evaluation environments: far from those of the training environments. The run
+# loop reseeds them before each evaluation from the run's seed and step (`loop.evaluation_seed`).
 EVAL_SEED_OFFSET = 1_000_000
 
 

@@ -12,8 +12,18 @@ in this order, so that nothing the run logs leads its checkpoints. Exports after
 (which runs `tf.saved_model.save`, see `_export`) are written by a background thread while
 training goes on; the run waits for one before the next export and before it ends. A rerun in
 the same logdir restores the latest checkpoint that reads back (step count, weights, optimizer
-and normalizer statistics) and goes on; episodes in flight restart (see recovery.py for what a
-killed run leaves behind and how resuming deals with it).
+and normalizer statistics) and goes on (see recovery.py for what a killed run leaves behind and
+how resuming deals with it). With the native backend the checkpoint also holds the training
+episodes in flight, which a resumed run continues; Gymnasium's environments live in worker
+processes, so their episodes restart. Each evaluation reseeds its environments from the run's
+seed and its step, so it is a function of the weights and the step alone.
+
+`run(stop_at_step=N)` (the trainer's `--stop_at_step`, not part of the configuration) stops at
+the first iteration end at or past N with an evaluation and a save as at the end of a run; a
+rerun without it (or with a later one) goes on with the same schedules, which `total_steps`
+defines. On the native backend (deterministic on CPU) the stopped and continued run ends
+bit-for-bit where an uninterrupted one ends; on the Gymnasium backend the training episodes
+restart at the stop, so the continuation takes another random path (loop_test.py).
 
 Faults end in a `TrainingError` that names the problem, never with a checkpoint of a broken
 state:
@@ -72,6 +82,9 @@ MAX_DROPPED_IN_A_ROW = 10
 _NONFINITE_ACTION = 'action contains NaN or infinity'
 # Seeds of rebuilt training environments: far from the seeds of the first ones.
 _RESTART_SEED_STRIDE = 7919
+# The checkpoint's entry for the training episodes in flight (native backend only); a checkpoint
+# without it (Gymnasium backend, or from before it existed) resumes with new episodes.
+ROLLOUT_CHECKPOINT_KEY = 'rollout'
 
 
 class TrainingError(Exception):
@@ -104,13 +117,14 @@ class Interrupted(TrainingError):
         self.step = step
 
 
-def train(logdir, **overrides):
+def train(logdir, stop_at_step=None, **overrides):
     """Trains as configured by gin (`train.*`, the algorithm's...); returns the last evaluation.
 
-    `overrides` replace gin's values for the arguments of `training_run`.
+    `overrides` replace gin's values for the arguments of `training_run`; `stop_at_step`: see
+    `TrainingRun.run`.
     """
     with training_run(logdir, **overrides) as run:
-        return run.run()
+        return run.run(stop_at_step=stop_at_step)
 
 
 @contextlib.contextmanager
@@ -335,17 +349,26 @@ class TrainingRun:
             self._iteration_graph, autograph=False, jit_compile=jit_compile)
         self._eval_rollout = tf.function(
             self._eval_rollout_graph, autograph=False, jit_compile=jit_compile)
-        self._train_sim = simulate.Simulator(
-            train_env, simulated_agent.SimulatedAgent(agent, len(train_env)))
+        train_agent = simulated_agent.SimulatedAgent(agent, len(train_env))
+        self._train_sim = simulate.Simulator(train_env, train_agent)
         self._eval_sim = simulate.Simulator(
             eval_env, simulated_agent.SimulatedAgent(agent, len(eval_env), greedy=True))
         self.env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name='env_steps')
         self.wall_time = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='wall_time')
         self.steps_per_sec = tf.Variable(
             0.0, dtype=tf.float64, trainable=False, name='steps_per_sec')
-        self.checkpoint = tf.train.Checkpoint(
-            agent=agent, env_steps=self.env_steps, wall_time=self.wall_time,
-            steps_per_sec=self.steps_per_sec)
+        saved = dict(agent=agent, env_steps=self.env_steps, wall_time=self.wall_time,
+                     steps_per_sec=self.steps_per_sec)
+        if getattr(train_env, 'state_in_variables', False):
+            # The training episodes in flight (native environments), which a resumed run
+            # continues: the environments, the episode statistics, the policy state.
+            saved[ROLLOUT_CHECKPOINT_KEY] = tf.train.Checkpoint(
+                env=train_env, episode_score=self._train_sim.score,
+                episode_length=self._train_sim.length,
+                agent=tf.train.Checkpoint(**train_agent.state_variables()))
+        self.checkpoint = tf.train.Checkpoint(**saved)
+        # Whether the restored checkpoint held the episodes in flight (see `restore`).
+        self.episodes_restored = False
         self._checkpoint_dir = os.path.join(logdir, CHECKPOINT_DIR)
         self._policy_dir = os.path.join(logdir, policy_export.POLICY_DIR)
         self._manager = None  # Made by `restore`, once the checkpoints are recovered.
@@ -387,6 +410,10 @@ class TrainingRun:
     def restore(self):
         """Restores the latest checkpoint that reads back, if any; returns its path or None.
 
+        `episodes_restored` tells whether it held the training episodes in flight (native
+        backend), which the next iteration then continues; otherwise it resets every training
+        environment.
+
         Broken checkpoints are moved aside with a warning (see recovery.py); if checkpoints
         exist but none reads back, raises TrainingError and changes nothing.
         """
@@ -408,6 +435,10 @@ class TrainingRun:
         if path:
             try:
                 self.checkpoint.restore(path)
+                self.episodes_restored = (
+                    hasattr(self.checkpoint, ROLLOUT_CHECKPOINT_KEY) and any(
+                        name.startswith(ROLLOUT_CHECKPOINT_KEY + '/') for name in
+                        tf.train.load_checkpoint(path).get_variable_to_shape_map()))
             except (tf.errors.OpError, ValueError, AssertionError) as error:
                 raise TrainingError(f'cannot restore checkpoint {path}: '
                                     f'{run_config.first_line(error)}') from error
@@ -418,15 +449,20 @@ class TrainingRun:
                 logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
         return path
 
-    def run(self, after_save=None, signals=None):
+    def run(self, after_save=None, signals=None, stop_at_step=None):
         """Trains from the latest checkpoint to the budget; returns the last evaluation.
 
         `after_save`, if given, is called whenever the logdir holds a complete save (after each
         evaluation's checkpoint, policy and metrics line, and after the checkpoint of a signal),
         e.g. to upload it to the run's bucket. `signals`: the entered StopSignals of the
-        caller, if it watches them already. Raises TrainingError (a subclass naming the fault)
-        when training cannot go on.
+        caller, if it watches them already. `stop_at_step` (a positive int, or None): stop at
+        the first iteration end at or past it, short of the budget, with an evaluation and a save
+        as at the budget; a run already there does nothing. The schedules stay those of the
+        budget, so a rerun goes on as if the run had not stopped. Raises TrainingError (a
+        subclass naming the fault) when training cannot go on.
         """
+        if stop_at_step is not None and (not _is_int(stop_at_step) or stop_at_step < 1):
+            raise ValueError(f'stop_at_step must be a positive integer, got {stop_at_step!r}')
         self._after_save = after_save
         with contextlib.ExitStack() as stack:
             if signals is None:
@@ -439,7 +475,7 @@ class TrainingRun:
             self._export_thread = stack.enter_context(concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix='policy-export'))
             try:
-                latest = self._run()
+                latest = self._run(stop_at_step)
                 self._finish_export()
                 return latest
             except BaseException:
@@ -468,7 +504,7 @@ class TrainingRun:
                      'BatchEnv.timeout)')
         return line
 
-    def _run(self):
+    def _run(self, stop_at_step):
         with self._writing(f'the logdir {self._logdir}'):
             removed = recovery.clean_partial_writes(
                 self._logdir, self._checkpoint_dir, self._policy_dir)
@@ -482,21 +518,25 @@ class TrainingRun:
         with self._writing(os.path.join(self._logdir, METRICS_FILE)):
             records = recovery.repair_metrics(
                 os.path.join(self._logdir, METRICS_FILE), start_steps)
-        latest = self._complete_last_save(start_steps, records)
+        latest = self._complete_last_save(start_steps, records, stop_at_step)
+        # The budget, or the stop short of it (whole iterations, as the budget).
+        target = min(self._total_steps, stop_at_step or self._total_steps)
         start_time = time.time()
         start_wall = float(self.wall_time)
         train_seconds = 0.0
         last_log = time.time()
         first_iteration = True
         episode_returns = []
-        while int(self.env_steps) < self._total_steps:
+        while int(self.env_steps) < target:
             self._check_signals()
             _clear_scalar_cache()
             began = time.time()
             previous_steps = int(self.env_steps)
             self._heartbeat.phase('the first iteration (tracing and compiling)'
                                   if first_iteration else 'an iteration')
-            transitions, metrics = self._iteration(first_iteration)
+            # New episodes everywhere, unless the checkpoint held those in flight.
+            transitions, metrics = self._iteration(
+                first_iteration and not self.episodes_restored)
             train_seconds += time.time() - began
             steps = self._step = int(self.env_steps)
             steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
@@ -520,14 +560,27 @@ class TrainingRun:
                 first_iteration = False
             self.wall_time.assign(start_wall + time.time() - start_time)
             self.steps_per_sec.assign(steps_per_sec)
-            finished = steps >= self._total_steps
-            if self._eval_due(previous_steps, steps):
+            # The last iteration of this call: the budget's, or a stop's.
+            last = steps >= target
+            # A stop short of the budget saves as the budget does: it has an evaluation. Its
+            # environments are seeded by the step (`_evaluate`), so that it changes nothing later.
+            if self._eval_due(previous_steps, steps) or last:
                 latest = self._evaluate_and_save(steps)
-            if finished or time.time() - last_log >= self._log_every_secs:
+            if last or time.time() - last_log >= self._log_every_secs:
                 last_log = time.time()
                 self._log_progress(steps, steps_per_sec, episode_returns, latest)
             self._heartbeat.phase('training')
-        if latest is None:
+        steps = int(self.env_steps)
+        if steps < self._total_steps:  # At or past stop_at_step.
+            if steps == start_steps:
+                logging.info('Nothing to do: the run is at step %d, at or past --stop_at_step=%d; '
+                             'rerun without --stop_at_step, or with a later one, to continue.',
+                             steps, stop_at_step)
+            else:
+                logging.info('Stopped at step %d of %d (--stop_at_step=%d); rerun without '
+                             '--stop_at_step, or with a later one, to continue.', steps,
+                             self._total_steps, stop_at_step)
+        elif latest is None:
             logging.info('Nothing to do: the run already reached %d steps.', self._total_steps)
         else:
             logging.info('Done: %d steps in %.1f s, %.0f env steps/s, eval return %s.',
@@ -848,14 +901,18 @@ class TrainingRun:
         if pending is not None:
             concurrent.futures.wait([pending[1]])
 
-    def _complete_last_save(self, steps, records):
+    def _complete_last_save(self, steps, records, stop_at_step=None):
         """Finishes the save of the restored checkpoint if the previous run was stopped in it.
 
-        A checkpoint of an evaluation step is followed by its policy export and metrics line
-        (`records` holds the lines there are); if the run died in between, the evaluation is
-        redone for the restored weights. Returns the evaluation record this call wrote, if any.
+        A checkpoint of an evaluation step (or of the stop at `stop_at_step`, which a rerun with
+        the same stop would otherwise find done without its evaluation) is followed by its
+        policy export and metrics line (`records` holds the lines there are); if the run died in
+        between, the evaluation is redone for the restored weights. Returns the evaluation
+        record this call wrote, if any.
         """
-        if not steps or not self._eval_due(steps - self._steps_per_iteration, steps):
+        previous = steps - self._steps_per_iteration
+        at_stop = stop_at_step is not None and previous < stop_at_step <= steps
+        if not steps or not (self._eval_due(previous, steps) or at_stop):
             return None
         if any(record.get('step') == steps for record in records):
             if not os.path.isdir(os.path.join(self._policy_dir, str(steps))):
@@ -868,7 +925,14 @@ class TrainingRun:
         return self._evaluate_and_save(steps, save_checkpoint=False)
 
     def _evaluate(self, steps):
-        """One episode of the deterministic policy in each evaluation environment."""
+        """One episode of the deterministic policy in each evaluation environment.
+
+        The environments' first reset is seeded by the run's seed and `steps` alone, and the
+        policy takes the mode of its distribution (no random numbers), so an evaluation depends
+        on the weights and the step only: an extra one (at a stop) shifts no later one, and a
+        resumed run's evaluations are those of the run uninterrupted.
+        """
+        self._eval_env.seed_next_reset(evaluation_seed(self._seed, steps))
         num_envs = len(self._eval_env)
         returns = np.zeros(num_envs)
         lengths = np.zeros(num_envs, np.int64)
@@ -953,6 +1017,15 @@ class _Heartbeat:
     def __exit__(self, *unused_exc_info):
         self._stopped.set()
         self._thread.join()
+
+
+def evaluation_seed(seed, steps):
+    """The seed of the evaluation environments' first reset in the evaluation at `steps` of a
+    run of `seed`: a 62-bit hash of both, far from the seeds of training (which count from
+    `seed`) and of other steps' evaluations."""
+    words = np.random.SeedSequence(
+        [seed, environments.EVAL_SEED_OFFSET, steps]).generate_state(2, np.uint32)
+    return (int(words[0]) << 30) | (int(words[1]) >> 2)
 
 
 def _clear_scalar_cache():

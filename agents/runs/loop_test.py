@@ -109,6 +109,39 @@ def resumed_run():
     return logdir, restored, steps, again
 
 
+# A native run (deterministic on CPU), 256 steps per iteration: evaluations at 1024, 2048 and
+# 2560 (the end). Stopped at NATIVE_STOP, it stops at 1536, where no evaluation is due. Without
+# XLA, as configs/pendulum_native.gin, and faster to build (XLA ends bit-for-bit equal too).
+NATIVE = dict(env_id='Pendulum-v1', env_backend='native', num_envs=8, rollout_length=32,
+              eval_every_steps=1000, eval_episodes=2, seed=5, jit_compile=False)
+NATIVE_STEPS = 2560
+NATIVE_STOP = 1300
+NATIVE_STOPPED_AT = 1536
+# What differs between equal runs: the clock, and how often each saved.
+UNTIMED = ('_CHECKPOINTABLE_OBJECT_GRAPH', 'save_counter/', 'wall_time/', 'steps_per_sec/')
+EVALUATION_RESULTS = ('step', 'mean_return', 'std_return', 'episodes', 'mean_length')
+
+
+@functools.cache
+def native_runs():
+    """A native run to NATIVE_STEPS, and one stopped at NATIVE_STOP then continued to the end by
+    a new TrainingRun (fresh objects, as a new process has): (uninterrupted logdir, a copy of
+    the stopped run, the continued logdir, what the stop returned, whether the continuation
+    restored the episodes in flight). Read-only."""
+    uninterrupted = _shared_dir('native')
+    continued = _shared_dir('continued')
+    with _pendulum_config():
+        loop.train(uninterrupted, total_steps=NATIVE_STEPS, **NATIVE)
+        stop = loop.train(continued, total_steps=NATIVE_STEPS, stop_at_step=NATIVE_STOP,
+                          **NATIVE)
+        stopped = shutil.copytree(continued, _shared_dir('stopped'))
+        with loop.training_run(continued, total_steps=NATIVE_STEPS, **NATIVE) as run:
+            run.restore()
+            restored = run.episodes_restored
+            run.run()
+    return uninterrupted, stopped, continued, stop, restored
+
+
 def copy_run(logdir, test):
     """A copy of the run in `logdir` in a temporary directory of `test`."""
     return shutil.copytree(logdir, os.path.join(test.create_tempdir().full_path, 'run'))
@@ -159,6 +192,8 @@ class TrainerTest(parameterized.TestCase):
             ['agent/observ_normalizer/mean/.ATTRIBUTES/VARIABLE_VALUE',
              'env_steps/.ATTRIBUTES/VARIABLE_VALUE'], names)
         self.assertNotEmpty([name for name in names if 'optimizer' in name])
+        # Gymnasium's environments are out of a checkpoint's reach: episodes restart.
+        self.assertEmpty([name for name in names if name.startswith('rollout/')])
         for name in names:
             if name.startswith('_CHECKPOINTABLE_OBJECT_GRAPH') or 'save_counter' in name:
                 continue
@@ -290,6 +325,99 @@ class TrainerTest(parameterized.TestCase):
             self.assertEqual([m['step'] for m in read_metrics(logdir)], [384, 640, 1024, 1280])
 
 
+    def test_stopped_and_continued_native_run_ends_bit_for_bit_as_an_uninterrupted_one(self):
+        uninterrupted, stopped, continued, stop, restored = native_runs()
+        # The stop came at the first iteration end past NATIVE_STOP, saved and evaluated.
+        self.assertEqual(stop['step'], NATIVE_STOPPED_AT)
+        self.assertEqual([m['step'] for m in read_metrics(stopped)], [1024, NATIVE_STOPPED_AT])
+        self.assertTrue(os.path.isfile(os.path.join(
+            stopped, loop.CHECKPOINT_DIR, f'ckpt-{NATIVE_STOPPED_AT}.index')))
+        self.assertTrue(os.path.isdir(os.path.join(stopped, 'policy', str(NATIVE_STOPPED_AT))))
+        self.assertTrue(restored)  # The continuation went on with the episodes in flight.
+        # Every evaluation of the uninterrupted run, also after the stop's extra one, is the
+        # continued run's: evaluations depend on the weights and the step alone.
+        expected = read_metrics(uninterrupted)
+        self.assertEqual([m['step'] for m in expected], [1024, 2048, NATIVE_STEPS])
+        results = {m['step']: {key: m[key] for key in EVALUATION_RESULTS}
+                   for m in read_metrics(continued)}
+        self.assertEqual(sorted(results), [1024, NATIVE_STOPPED_AT, 2048, NATIVE_STEPS])
+        for record in expected:
+            self.assertEqual(results[record['step']],
+                             {key: record[key] for key in EVALUATION_RESULTS})
+        # The final checkpoints are equal tensor by tensor (bit for bit): weights, optimizer,
+        # normalizers, update count (learning-rate annealing), random generator, environments.
+        readers = [tf.train.load_checkpoint(os.path.join(
+            logdir, loop.CHECKPOINT_DIR, f'ckpt-{NATIVE_STEPS}'))
+            for logdir in (uninterrupted, continued)]
+        names = sorted(readers[0].get_variable_to_shape_map())
+        self.assertEqual(names, sorted(readers[1].get_variable_to_shape_map()))
+        self.assertContainsSubset(
+            ['agent/update_count/.ATTRIBUTES/VARIABLE_VALUE',
+             'rollout/env/state/.ATTRIBUTES/VARIABLE_VALUE',
+             'rollout/env/resets/.ATTRIBUTES/VARIABLE_VALUE',
+             'rollout/episode_score/.ATTRIBUTES/VARIABLE_VALUE',
+             'rollout/agent/pending_reset/.ATTRIBUTES/VARIABLE_VALUE'], names)
+        self.assertEqual(readers[0].get_tensor('agent/update_count/.ATTRIBUTES/VARIABLE_VALUE'),
+                         NATIVE_STEPS // 256)
+        compared = [name for name in names if not name.startswith(UNTIMED)]
+        self.assertGreater(len(compared), 30)
+        for name in compared:
+            np.testing.assert_array_equal(readers[1].get_tensor(name),
+                                          readers[0].get_tensor(name), err_msg=name)
+
+    def test_a_run_at_or_past_its_stop_does_nothing(self):
+        _, stopped, _, _, _ = native_runs()
+        logdir = copy_run(stopped, self)
+        before = (read_metrics(logdir), sorted(os.listdir(os.path.join(
+            logdir, loop.CHECKPOINT_DIR))))
+        for stop_at_step in (NATIVE_STOPPED_AT, NATIVE_STOP, 1):
+            with self.assertLogs(level='INFO') as logs:
+                loop.train(logdir, stop_at_step=stop_at_step, total_steps=NATIVE_STEPS,
+                           **NATIVE)
+            self.assertIn(f'Nothing to do: the run is at step {NATIVE_STOPPED_AT}, at or past '
+                          f'--stop_at_step={stop_at_step}', '\n'.join(logs.output))
+            self.assertEqual((read_metrics(logdir), sorted(os.listdir(os.path.join(
+                logdir, loop.CHECKPOINT_DIR)))), before)
+        for stop_at_step in (0, -5, 1.5, True):
+            with self.assertRaisesRegex(ValueError, 'stop_at_step must be a positive integer'):
+                loop.train(logdir, stop_at_step=stop_at_step, total_steps=NATIVE_STEPS,
+                           **NATIVE)
+
+    def test_a_stop_killed_before_its_evaluation_is_completed_by_the_same_stop(self):
+        _, stopped, _, _, _ = native_runs()
+        logdir = copy_run(stopped, self)
+        path = os.path.join(logdir, loop.METRICS_FILE)
+        with open(path) as f:
+            lines = f.readlines()
+        with open(path, 'w') as f:  # As if killed between the stop's checkpoint and its line.
+            f.writelines(lines[:-1])
+        with self.assertLogs(level='INFO') as logs:
+            loop.train(logdir, stop_at_step=NATIVE_STOP, total_steps=NATIVE_STEPS, **NATIVE)
+        self.assertIn(f'Completing the evaluation of step {NATIVE_STOPPED_AT}',
+                      '\n'.join(logs.output))
+        self.assertEqual(read_metrics(logdir), read_metrics(stopped))
+
+    def test_a_native_checkpoint_without_episodes_resumes_with_new_ones(self):
+        # As the checkpoints of native runs written before they held the episodes in flight.
+        logdir = self.create_tempdir().full_path
+        with loop.training_run(logdir, total_steps=NATIVE_STEPS, **NATIVE) as run:
+            run.env_steps.assign(512)
+            old = tf.train.Checkpoint(agent=run._agent, env_steps=run.env_steps)
+            tf.train.CheckpointManager(old, os.path.join(logdir, loop.CHECKPOINT_DIR),
+                                       max_to_keep=3).save(checkpoint_number=512)
+        with loop.training_run(logdir, total_steps=NATIVE_STEPS, **NATIVE) as run:
+            self.assertIsNotNone(run.restore())
+            self.assertEqual(int(run.env_steps), 512)
+            self.assertFalse(run.episodes_restored)
+
+    def test_evaluation_seeds_depend_on_the_seed_and_step_alone(self):
+        seeds = {loop.evaluation_seed(seed, steps) for seed in range(3)
+                 for steps in (0, 256, 512, 10**12)}
+        self.assertLen(seeds, 12)
+        self.assertTrue(all(0 <= seed < 2**62 for seed in seeds))
+        self.assertEqual(loop.evaluation_seed(1, 256), loop.evaluation_seed(1, 256))
+
+
 class StubAlgorithm(algorithm.Algorithm):
     """The least an algorithm gives the loop: it acts with a small Gaussian policy and each
     update only counts itself and records the batch's mean reward."""
@@ -387,6 +515,13 @@ class StubAlgorithmTest(absltest.TestCase):
         # A rerun with a larger budget resumes the algorithm's state where it stopped.
         loop.train(logdir, algorithm=StubAlgorithm, total_steps=384, **STUB_RUN)
         self.assertEqual(self._updates(logdir, 384), 6)
+
+    def test_a_stop_past_the_budget_ends_the_run_at_its_budget(self):
+        logdir = self.create_tempdir().full_path
+        last = loop.train(logdir, stop_at_step=10**9, algorithm=StubAlgorithm, total_steps=128,
+                          **STUB_RUN)
+        self.assertEqual(last['step'], 128)
+        self.assertEqual([record['step'] for record in read_metrics(logdir)], [128])
 
     def test_the_algorithms_nonfinite_quantities_are_named_and_undone(self):
         logdir = self.create_tempdir().full_path

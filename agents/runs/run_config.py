@@ -6,6 +6,7 @@ problem, and store the parsed configuration in the logdir so that a rerun resume
 belongs to.
 """
 
+import ast
 import difflib
 import fcntl
 import json
@@ -19,12 +20,15 @@ import tempfile
 import time
 
 import gin
+from absl import logging
 
 from agents.runs import run_dir
 
 CONFIG_FILE = run_dir.CONFIG_FILE
 OPERATIVE_CONFIG_FILE = run_dir.OPERATIVE_CONFIG_FILE
 LOCK_FILE = run_dir.LOCK_FILE
+# The one binding a rerun may change: the budget, raised (see `check_logdir`).
+BUDGET_BINDING = 'train.total_steps'
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED_CONFIGS = os.path.join(PACKAGE_ROOT, 'configs')
 
@@ -90,7 +94,10 @@ def check_logdir(logdir, config):
 
     Returns whether the logdir holds a run to resume. Refused: a file, a run of another
     configuration, a non-empty directory that is no run, an unwritable run, a run that a live
-    trainer holds (see `lock_logdir`).
+    trainer holds (see `lock_logdir`). A run whose configuration differs from `config` only in a
+    smaller `train.total_steps` is resumed: its budget is raised (`prepare_logdir` stores the
+    new configuration); a larger stored budget is refused (a run is stopped early with the
+    trainer's --stop_at_step instead).
     """
     config_path = os.path.join(logdir, CONFIG_FILE)
     if os.path.exists(logdir) and not os.path.isdir(logdir):
@@ -98,13 +105,7 @@ def check_logdir(logdir, config):
     if os.path.isdir(logdir):
         _check_unlocked(logdir)  # First: what a live trainer is writing may look like anything.
     if os.path.isfile(config_path):
-        with open(config_path, encoding='utf-8') as f:
-            stored = f.read()
-        diff = config_difference(stored, config, 'logdir config', 'this run')
-        if diff:
-            raise ConfigError(
-                f'logdir {logdir} holds a run of a different configuration; use another '
-                f'--logdir or the same flags. Difference:\n{diff}')
+        _check_same_run(logdir, _read(config_path), config)
         if run_dir.unwritable_ancestor(logdir):
             raise ConfigError(f'cannot write to logdir {logdir}: it is not writable (a '
                               'read-only file system or missing permissions)')
@@ -117,6 +118,73 @@ def check_logdir(logdir, config):
         raise ConfigError(f'cannot write to logdir {logdir}: {unwritable} is not a writable '
                           'directory')
     return False
+
+
+def _read(path):
+    with open(path, encoding='utf-8') as f:
+        return f.read()
+
+
+def _check_same_run(logdir, stored, config):
+    """Refuses `config` for the run of configuration `stored` in `logdir` unless it is the same
+    or only raises the budget; returns the (old, new) budgets when it raises it, else None."""
+    diff = config_difference(stored, config, 'logdir config', 'this run')
+    if not diff:
+        return None
+    budgets = budget_change(stored, config)
+    if budgets is None:
+        raise ConfigError(
+            f'logdir {logdir} holds a run of a different configuration; use another '
+            f'--logdir or the same flags. Difference:\n{diff}')
+    old, new = budgets
+    if new == old:  # The same budget, written otherwise.
+        return None
+    if new < old:
+        raise ConfigError(
+            f'logdir {logdir} holds a run of {BUDGET_BINDING} = {old}, and a budget can only be '
+            f'raised, not lowered to {new}; to stop the run early, keep {BUDGET_BINDING} = {old} '
+            f'and pass --stop_at_step={new} (rerun without it to continue).')
+    return budgets
+
+
+def budget_change(stored, config):
+    """(old, new) `train.total_steps` if the configurations `stored` and `config` (as
+    `gin.config_str` writes them) differ in that one binding alone, both integers; else None.
+
+    Compared statement by statement (a binding with its continuation lines), the value parsed
+    as a Python literal, so that its formatting (spaces, digit separators) does not matter.
+    """
+    stored_rest, old = _split_budget(stored)
+    config_rest, new = _split_budget(config)
+    if stored_rest is None or config_rest is None or stored_rest != config_rest:
+        return None
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in (old, new)):
+        return None
+    return old, new
+
+
+def _split_budget(config):
+    """(the statements of `config` but its single `train.total_steps` binding, that binding's
+    value); (None, None) without exactly one such binding or with a value that is no literal."""
+    statements = []
+    for line in config.splitlines():
+        if statements and line[:1].isspace():  # A continuation line (gin indents them).
+            statements[-1].append(line)
+        else:
+            statements.append([line])
+    rest, values = [], []
+    for statement in statements:
+        key, equals, value = '\n'.join(statement).partition('=')
+        if equals and key.strip() == BUDGET_BINDING:
+            values.append(value.replace('\\\n', ' '))
+        else:
+            rest.append(statement)
+    if len(values) != 1:
+        return None, None
+    try:
+        return rest, ast.literal_eval(values[0].strip())
+    except (ValueError, SyntaxError):
+        return None, None
 
 
 def config_difference(stored, config, stored_name, config_name):
@@ -132,9 +200,25 @@ def prepare_logdir(logdir, config):
     """Creates `logdir` or checks that it holds a run of this configuration.
 
     A new logdir gets `config.gin`. An existing one must hold the same configuration (the run is
-    then resumed) or be empty; anything else is refused and left untouched.
+    then resumed), or the same but for a smaller `train.total_steps` (the budget is raised,
+    with a warning, and `config.gin` rewritten), or be empty; anything else is refused and left
+    untouched.
     """
     if check_logdir(logdir, config):
+        config_path = os.path.join(logdir, CONFIG_FILE)
+        budgets = _check_same_run(logdir, _read(config_path), config)
+        if budgets is not None:
+            old, new = budgets
+            logging.warning(
+                'Raising the budget of the run in %s from %s = %d to %d: it goes on to step %d, '
+                'and its schedules (learning-rate annealing), which were set for %d steps, now '
+                'run to %d from the current step on.', logdir, BUDGET_BINDING, old, new, new,
+                old, new)
+            try:
+                write_atomic(config_path, config)
+            except OSError as error:
+                raise ConfigError(f'cannot write to logdir {logdir}: '
+                                  f'{error.strerror or error}') from error
         return logdir
     try:
         os.makedirs(logdir, exist_ok=True)

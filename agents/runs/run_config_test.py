@@ -134,6 +134,91 @@ class PrepareLogdirTest(absltest.TestCase):
         self.assertTrue(os.path.isfile(parent))
 
 
+def gin_config(total_steps='1000', learning_rate='0.001', algorithm='@PPO'):
+    """A configuration as gin.config_str writes it."""
+    return (f'# Parameters for PPO:\n# {"=" * 78}\nPPO.learning_rate = {learning_rate}\n'
+            f'PPO.policy_network = @FeedForwardGaussianPolicy\n\n'
+            f'# Parameters for train:\n# {"=" * 78}\ntrain.algorithm = {algorithm}\n'
+            f"train.env_id = 'Pendulum-v1'\ntrain.total_steps = {total_steps}\n"
+            "train.wrappers = \\\n    ['range_normalize',\n     'ClipAction']\n")
+
+
+class BudgetTest(absltest.TestCase):
+    """A rerun may raise a run's train.total_steps, and change nothing else."""
+
+    def run_of(self, config):
+        logdir = self.create_tempdir()
+        run_config.prepare_logdir(logdir.full_path, config)
+        logdir.create_file('metrics.jsonl', '{"step": 1000}\n')
+        return logdir.full_path
+
+    def read_config(self, logdir):
+        with open(os.path.join(logdir, run_config.CONFIG_FILE)) as f:
+            return f.read()
+
+    def test_raised_budget_is_resumed_with_a_warning_and_stored(self):
+        logdir = self.run_of(gin_config('1000'))
+        # Checking changes nothing.
+        self.assertTrue(run_config.check_logdir(logdir, gin_config('5000')))
+        self.assertEqual(self.read_config(logdir), gin_config('1000'))
+        with mock.patch.object(run_config.logging, 'warning') as warning:
+            self.assertEqual(run_config.prepare_logdir(logdir, gin_config('5000')), logdir)
+        warning.assert_called_once()
+        message = warning.call_args[0][0] % warning.call_args[0][1:]
+        self.assertIn(f'Raising the budget of the run in {logdir} from train.total_steps = 1000 '
+                      'to 5000', message)
+        self.assertIn('schedules (learning-rate annealing), which were set for 1000 steps, now '
+                      'run to 5000 from the current step on', message)
+        self.assertEqual(self.read_config(logdir), gin_config('5000'))
+        self.assertEqual(sorted(os.listdir(logdir)), ['config.gin', 'metrics.jsonl'])
+        # Then it is the run's configuration: no warning again.
+        with mock.patch.object(run_config.logging, 'warning') as warning:
+            run_config.prepare_logdir(logdir, gin_config('5000'))
+        warning.assert_not_called()
+
+    def test_lowered_budget_is_refused_pointing_to_stop_at_step(self):
+        logdir = self.run_of(gin_config('5000'))
+        with self.assertRaisesRegex(
+                run_config.ConfigError, f'logdir {logdir} holds a run of train.total_steps = '
+                '5000, and a budget can only be raised, not lowered to 1000; to stop the run '
+                r'early, keep train.total_steps = 5000 and pass --stop_at_step=1000'):
+            run_config.prepare_logdir(logdir, gin_config('1000'))
+        self.assertEqual(self.read_config(logdir), gin_config('5000'))
+
+    def test_any_other_difference_is_refused_with_the_difference(self):
+        logdir = self.run_of(gin_config('1000'))
+        for config in (gin_config('5000', learning_rate='0.0001'),
+                       gin_config('1000', learning_rate='0.0001'),
+                       gin_config('5000', algorithm='@A2C'),
+                       gin_config('%STEPS'),  # A macro: not an integer.
+                       gin_config('5000').replace('train.total_steps', 'eval/train.total_steps'),
+                       gin_config('5000') + 'train.total_steps = 6000\n'):
+            with self.subTest(config=config), self.assertRaisesRegex(
+                    run_config.ConfigError, r'holds a run of a different configuration(.|\n)*'
+                    r'\+\+\+ this run'):
+                run_config.prepare_logdir(logdir, config)
+        self.assertEqual(self.read_config(logdir), gin_config('1000'))
+
+    def test_budget_change_parses_the_binding_not_its_formatting(self):
+        stored = gin_config('1000')
+        self.assertEqual(run_config.budget_change(stored, gin_config('5000')), (1000, 5000))
+        self.assertEqual(run_config.budget_change(stored, gin_config('500')), (1000, 500))
+        for written in ('train.total_steps=5_000', 'train.total_steps  =  5000  ',
+                        'train.total_steps = \\\n    5000'):
+            changed = stored.replace('train.total_steps = 1000', written)
+            self.assertEqual(run_config.budget_change(stored, changed), (1000, 5000), written)
+        # The same budget written otherwise is the same run.
+        logdir = self.run_of(stored)
+        self.assertTrue(run_config.check_logdir(
+            logdir, stored.replace('train.total_steps = 1000', 'train.total_steps = 1_000')))
+        self.assertIsNone(run_config.budget_change(stored, stored.replace('1000', "'1000'")))
+        self.assertIsNone(run_config.budget_change('x = 1\n', 'x = 2\n'))
+        # A continuation line (of the wrapped list) is no binding.
+        moved = stored.replace('train.total_steps = 1000\n', '').replace(
+            "     'ClipAction']", "     'ClipAction']\n    train.total_steps = 5000")
+        self.assertIsNone(run_config.budget_change(stored, moved))
+
+
 class LogdirLockTest(absltest.TestCase):
 
     def hold_in_another_process(self, logdir):

@@ -3,7 +3,9 @@
 `Algorithm.act` (agents/algorithms/algorithm.py) is a pure function of (observation, policy state,
 reset mask). The simulator's episode protocol calls `begin_episode` for environments that were reset
 and `perform` once per step; this adapter keeps the policy state and the pending resets between
-those calls in TF variables, so a whole rollout still compiles into one TF program.
+those calls in TF variables, so a whole rollout still compiles into one TF program, and a
+checkpoint of them (`state_variables`) with the environments' lets a resumed run go on with the
+episodes in flight.
 """
 
 import tensorflow as tf
@@ -22,6 +24,11 @@ class SimulatedAgent(simulate.Algorithm):
             agent.initial_state(num_envs))
         # Every environment starts a new episode before its first step.
         self._reset = tf.Variable(tf.ones([num_envs], tf.bool), trainable=False)
+
+    def state_variables(self):
+        """The variables that carry acting from one rollout to the next, by name: the policy
+        state (a list, empty for feed-forward policies) and the pending resets."""
+        return {'policy_state': list(tf.nest.flatten(self._state)), 'pending_reset': self._reset}
 
     def begin_episode(self, agent_indices):
         updates = tf.ones_like(agent_indices, tf.bool)

@@ -3,14 +3,17 @@ r"""Trains a PPO agent: `bazel run //agents:train -- --gin_file=configs/pendulum
 Flags choose the configuration (gin files and bindings), the log directory and the seed; gin
 configures everything else (see configs/). Rerunning with an existing --logdir resumes the run
 from its latest checkpoint; a logdir that holds a different configuration, or that another
-trainer is using, is refused.
+trainer is using, is refused. Only a larger `train.total_steps` is accepted (with a warning: the
+schedules then run to the new budget from the current step on). `--stop_at_step=N` stops the run
+at step N (whole iterations) with a checkpoint and an evaluation, without changing its
+configuration: rerunning without it (or with a later one) continues the same run.
 
 Everything the configuration can get wrong is checked before the logdir is touched. Exit status:
-0 when the run reached its budget; 1 on bad input or when training stopped on a fault (the
-message, `train: error: ...`, names it and what was kept); 128 + the signal's number (143 for
-SIGTERM, 130 for SIGINT / Ctrl-C) when a signal stopped the run: before training began, at once;
-during training, after the current compiled call and a checkpoint (see agents/runs/loop.py); a
-second signal stops it at once.
+0 when the run reached its budget or --stop_at_step; 1 on bad input or when training stopped on a
+fault (the message, `train: error: ...`, names it and what was kept); 128 + the signal's number
+(143 for SIGTERM, 130 for SIGINT / Ctrl-C) when a signal stopped the run: before training began,
+at once; during training, after the current compiled call and a checkpoint (see
+agents/runs/loop.py); a second signal stops it at once.
 """
 
 import datetime
@@ -49,6 +52,12 @@ flags.DEFINE_string(
     'logdir of the same configuration is resumed.')
 flags.DEFINE_integer('seed', 0, 'Seeds the environments, network initialization and sampling '
                      '(a non-negative integer).', lower_bound=0)
+
+flags.DEFINE_integer(
+    'stop_at_step', None, 'Stop at the first iteration end at or past this environment step, '
+    'with a checkpoint and an evaluation, short of train.total_steps; not part of the '
+    'configuration: rerun without it (or with a later one) to continue the run with the same '
+    'schedules.', lower_bound=1)
 
 FLAGS = flags.FLAGS
 
@@ -123,7 +132,8 @@ def _train(logdir, local, config, staged, signals):
                 logging.info('Logdir: %s (staged in %s)', logdir, local)
             else:
                 logging.info('Logdir: %s', logdir)
-            run.run(after_save=staged.sync if staged is not None else None, signals=signals)
+            run.run(after_save=staged.sync if staged is not None else None, signals=signals,
+                    stop_at_step=FLAGS.stop_at_step)
     except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
         return _status(error, staged)
     except loop.Interrupted as error:

@@ -27,6 +27,11 @@ def run_train(*args, cwd=None, env=None):
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+def metric_steps(logdir):
+    with open(os.path.join(logdir, 'metrics.jsonl')) as f:
+        return [json.loads(line)['step'] for line in f if line.strip()]
+
+
 def snapshot(directory):
     files = {}
     for parent, _, names in os.walk(directory):
@@ -62,6 +67,60 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertEqual(second.returncode, 0, second.stderr[-3000:])
         self.assertIn('Resumed from', second.stderr)
         self.assertEqual(snapshot(os.path.join(logdir, 'checkpoints')), before)
+
+    def test_stop_at_step_stops_and_a_rerun_continues(self):
+        cwd = self.create_tempdir().full_path
+        # 256 steps per iteration, one evaluation (at the end of the budget, 768).
+        command = ['--gin_file=configs/pendulum.gin', '--logdir=run', *TINY,
+                   '--gin_bindings=train.total_steps = 768',
+                   '--gin_bindings=train.eval_every_steps = 700']
+        logdir = os.path.join(cwd, 'run')
+        stopped = run_train(*command, '--stop_at_step=300', cwd=cwd)
+        self.assertEqual(stopped.returncode, 0, stopped.stderr[-3000:])
+        self.assertIn('Stopped at step 512 of 768 (--stop_at_step=300); rerun without '
+                      '--stop_at_step, or with a later one, to continue.', stopped.stderr)
+        self.assertTrue(os.path.isfile(os.path.join(logdir, 'checkpoints', 'ckpt-512.index')))
+        self.assertEqual(metric_steps(logdir), [512])  # The stop has its evaluation.
+        with open(os.path.join(logdir, 'config.gin')) as f:
+            config = f.read()
+        self.assertNotIn('stop_at_step', config)
+        continued = run_train(*command, cwd=cwd)
+        self.assertEqual(continued.returncode, 0, continued.stderr[-3000:])
+        self.assertRegex(continued.stderr, r'Resumed from \S+ckpt-512 at step 512')
+        self.assertIn('Done:', continued.stderr)
+        self.assertEqual(metric_steps(logdir), [512, 768])
+        with open(os.path.join(logdir, 'config.gin')) as f:
+            self.assertEqual(f.read(), config)
+
+    def test_stop_at_step_zero_is_refused(self):
+        cwd = self.create_tempdir().full_path
+        refused = run_train('--gin_file=configs/pendulum.gin', '--logdir=run', *TINY,
+                            '--stop_at_step=0', cwd=cwd)
+        self.assert_fails(refused, 'flag --stop_at_step=0: 0 is not a positive integer')
+        self.assertEqual(os.listdir(cwd), [])
+
+    def test_a_finished_runs_budget_can_be_raised_and_nothing_else(self):
+        cwd = self.create_tempdir().full_path
+        command = ['--gin_file=configs/pendulum.gin', '--logdir=run', *TINY]
+        logdir = os.path.join(cwd, 'run')
+        first = run_train(*command, cwd=cwd)
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        raised = run_train(*command, '--gin_bindings=train.total_steps = 512', cwd=cwd)
+        self.assertEqual(raised.returncode, 0, raised.stderr[-3000:])
+        self.assertIn('Raising the budget of the run in', raised.stderr)
+        self.assertIn('from train.total_steps = 256 to 512', raised.stderr)
+        self.assertRegex(raised.stderr, r'Resumed from \S+ckpt-256 at step 256')
+        self.assertEqual(metric_steps(logdir), [256, 512])
+        with open(os.path.join(logdir, 'config.gin')) as f:
+            self.assertIn('train.total_steps = 512\n', f.read())
+        # Any other change is refused, also beside a raised budget (run_config_test has the
+        # lowered one).
+        before = snapshot(logdir)
+        refused = run_train(*command, '--gin_bindings=train.total_steps = 1024',
+                            '--gin_bindings=PPO.learning_rate = 1e-4', cwd=cwd)
+        self.assert_fails(refused, 'holds a run of a different configuration')
+        self.assertIn('+PPO.learning_rate = 0.0001', refused.stderr)
+        self.assertEqual(snapshot(logdir), before)
 
     def assert_fails(self, result, message):
         self.assertNotEqual(result.returncode, 0)

@@ -27,6 +27,17 @@ def _array_spec(space, what):
     return tuple(space.shape), np.dtype(space.dtype)
 
 
+def check_seed(seed):
+    """`seed` as an int if it is a non-negative integer (or None); else raises."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f'seed must be an integer or None, got {seed!r}')
+    if seed < 0:
+        raise ValueError(f'seed must be non-negative, got {seed}')
+    return int(seed)
+
+
 _thread_state = threading.local()
 
 
@@ -72,6 +83,10 @@ class InGraphBatchEnv(tf.Module):
     Gin binds `keep_thread_states` and `name`; binding `vector_env` or `seed` is an error when
     the config is parsed (`train.seed` seeds the trainer's environments).
     """
+
+    # The environments' state lives in the VectorEnv (in worker processes, for one), out of
+    # reach of a TF checkpoint: a resumed run starts new episodes (see `NativeBatchEnv`).
+    state_in_variables = False
 
     def __init__(self, vector_env, seed=None, keep_thread_states=True, name=None):
         """Wraps `vector_env`; `seed` goes to its first reset (then resets are unseeded).
@@ -200,6 +215,15 @@ class InGraphBatchEnv(tf.Module):
         old, self._env, self._seed = self._env, vector_env, seed
         self.request_reset()
         return old
+
+    def seed_next_reset(self, seed):
+        """Passes `seed` (a non-negative int, or None) to the VectorEnv's next reset, as the
+        constructor's `seed` (env i gets seed + i); the resets after it are unseeded again.
+
+        E.g. an evaluation that reseeds its environments before its first (full) reset depends
+        on the seed and the policy alone, not on the evaluations before it.
+        """
+        self._seed = check_seed(seed)
 
     def request_reset(self):
         """Marks every environment as needing a reset (e.g. after a rollout failed midway), so

@@ -71,6 +71,22 @@ class InGraphBatchEnvTest(parameterized.TestCase):
         reset()
         self.assertEqual(vector_env.reset_seeds, [7, None])
 
+    def test_seed_next_reset_seeds_the_next_reset_only(self):
+        vector_env = mock_vector_env.MockVectorEnv([2, 3, 4])
+        env = in_graph_batch_env.InGraphBatchEnv(vector_env, seed=7)
+        reset = tf.function(env.reset)
+        reset()
+        env.seed_next_reset(2**61)  # Also after a compiled reset: the seed is read when it runs.
+        reset([1])
+        reset()
+        env.seed_next_reset(np.int64(3))
+        reset()
+        self.assertEqual(vector_env.reset_seeds, [7, 2**61, None, 3])
+        self.assertFalse(env.state_in_variables)
+        for seed, error in ((-1, ValueError), (1.0, TypeError), (True, TypeError)):
+            with self.assertRaises(error):
+                env.seed_next_reset(seed)
+
     def test_terminated_and_truncated_are_separate(self):
         vector_env, env = _make([1, 1, 2], terminates=[True, False, True])
         env.reset()
