@@ -141,58 +141,11 @@ class SweepTest(absltest.TestCase):
             self.assertEqual(
                 testing_utils.snapshot(os.path.join(output_dir, 'trials', trial_id)), files)
 
-    def test_resume_after_the_sweep_is_killed(self):
-        cwd = self.create_tempdir().full_path
-        # Three trials on two workers: when the first is done, the second is mid-way and the
-        # third about to start.
-        write_spec(cwd, """
-            grid:
-              PPO.learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]
-            """)
-        output_dir = os.path.join(cwd, 'out')
-        results = os.path.join(output_dir, 'trials', '{}', 'result.json')
-        ids = [t.id for t in sweep_spec.load(os.path.join(cwd, 'spec.yaml')).trials()]
-        process = subprocess.Popen(
-            sweep_command('--spec=spec.yaml', '--output_dir=out', '--direct_num_workers=2'),
-            env=environment(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        self.addCleanup(lambda: process.poll() is None and os.killpg(process.pid, signal.SIGKILL))
-
-        def finished():
-            return [i for i in ids if os.path.exists(results.format(i))]
-
-        wait_for(lambda: finished() or process.poll() is not None, 400, 'a finished trial')
-        process.kill()  # The pipeline's main process, mid-way.
-        process.wait()
-        # Its worker processes (in its process group) exit, their trainers (in groups of their
-        # own) die with them and let go of the logdirs; then what was done is done.
-        wait_for(lambda: group_gone(process.pid), 60, 'the sweep\'s workers to exit')
-        for trial_id in ids:
-            logdir = os.path.join(output_dir, 'trials', trial_id)
-            if os.path.isdir(logdir):
-                wait_for(lambda logdir=logdir: lock_is_free(logdir), 60, f'{trial_id} to stop')
-        done_before = {i: trial.read_result(output_dir, i) for i in finished()}
-        self.assertNotEmpty(done_before)
-        self.assertLess(len(done_before), len(ids), 'the sweep ended before it was killed')
-
-        rerun = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
-        self.assertEqual(rerun.returncode, 0, rerun.stderr[-3000:])
-        self.assertIn(f'{len(done_before)} done earlier', rerun.stderr)
-        records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
-        self.assertEqual([r['id'] for r in records], ids)  # Each trial exactly once.
-        for record in records:
-            self.assert_trained(output_dir, record)
-        for trial_id, record in done_before.items():
-            self.assertEqual(trial.read_result(output_dir, trial_id), record)  # Not retrained.
-            with open(os.path.join(output_dir, 'trials', trial_id, 'train.log')) as f:
-                attempts = re.findall(r'^=== .* ===$', f.read(), re.MULTILINE)
-            self.assertLen(attempts, 1, f'{trial_id} trained more than once')
-        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 3)
-
     def test_halving_continues_the_best_and_resumes_after_a_kill(self):
         cwd = self.create_tempdir().full_path
         # Rungs of 1024 and 2048 steps: three trials to 1024 (one iteration), the best of them
-        # continued to 2048.
+        # continued to 2048. Killed mid-way through rung 0 (a stage as a sweep without a
+        # scheduler has one), then rerun: what finished is kept, the rest trains.
         write_spec(cwd, """
             grid:
               PPO.learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]
