@@ -271,10 +271,14 @@ def _csv_value(value):
 
 def build(pipeline, work, settings, trial_ids, started_at):
     """A stage's pipeline: its trials, [(trial, stop_at_step)], spread and trained."""
+    # The results are gathered into one element: a runner then waits on every worker's output
+    # and fails the pipeline as soon as one is lost (without a consumer, the portable runner
+    # noticed a killed worker only minutes later).
     return (pipeline
             | 'Trials' >> beam.Create(work)
             | 'Spread' >> beam.Reshuffle()
-            | 'Train' >> beam.ParDo(RunTrial(settings, trial_ids, started_at)))
+            | 'Train' >> beam.ParDo(RunTrial(settings, trial_ids, started_at))
+            | 'Gather' >> beam.combiners.ToList())
 
 
 def pipeline_options(beam_args):
