@@ -81,7 +81,7 @@ class Study:
             for _ in range(size - len(asked)):
                 trial = self._study.ask(self._distributions)
                 trial.set_user_attr(BATCH_ATTR, index)
-            self._store()
+            self.store()
             asked = [trial for trial in self._trials()
                      if trial.user_attrs.get(BATCH_ATTR) == index]
         return [(trial.number, self.configuration(trial)) for trial in asked]
@@ -94,7 +94,8 @@ class Study:
 
     def store(self):
         """Uploads the study, in a bucket (a local study is stored as it changes)."""
-        self._store()
+        if self._path != self._url:
+            run_dir.upload(self._path, self._url)
 
     def proposed(self):
         """[(trial number, configuration)] of every configuration asked so far, in order."""
@@ -126,10 +127,6 @@ class Study:
         if self._search.sampler == 'tpe':
             return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
         return optuna.samplers.RandomSampler(seed=seed)
-
-    def _store(self):
-        if self._path != self._url:
-            run_dir.upload(self._path, self._url)
 
 
 def _optuna_distribution(kind, arguments):
