@@ -56,7 +56,7 @@ import yaml
 from agents.runs import metrics, run_config
 from pipelines import halving
 
-BUDGET_BINDING = 'train.total_steps'
+BUDGET_BINDING = run_config.BUDGET_BINDING
 SEED_BINDING = 'train.seed'
 DISTRIBUTIONS = ('uniform', 'log_uniform', 'choice', 'int_uniform', 'int_log_uniform')
 FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random', 'scheduler', 'search')
