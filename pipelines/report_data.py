@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from pipelines import run_reader, score_statistics
+from pipelines import halving, run_reader, score_statistics
 
 FORMAT = 'batchppo-report/1'
 COMPLETED, PRUNED, FAILED = 'completed', 'pruned', 'failed'  # pipelines/scheduler.py's reasons.
@@ -254,17 +254,14 @@ def metric_value(run, metric):
 def rung_score(runs, metric):
     """A configuration's score at a rung, as pipelines/halving.py's `score`: the mean over its
     seeds' runs of `metric`, None if a seed failed or has none."""
-    values = [metric_value(run, metric) if run.error is None and run.stop_reason != FAILED
-              else None for run in runs]
-    if not values or any(value is None for value in values):
-        return None
-    return float(np.mean(values))
+    return halving.score([metric_value(run, metric) if run.error is None and
+                          run.stop_reason != FAILED else None for run in runs])
 
 
 def _ordered(scores, mode):
     """Config ids with a score best first (ties by id, as halving.promote), then the rest."""
-    sign = -1.0 if mode == 'max' else 1.0
-    return sorted(scores, key=lambda key: (scores[key] is None, sign * (scores[key] or 0.0), key))
+    ranks = halving.ranks(scores, mode)
+    return sorted(ranks, key=ranks.get) + sorted(key for key in scores if key not in ranks)
 
 
 def _rung_entries(scores, mode, status_of, key_of, labels):
