@@ -6,8 +6,12 @@ own output directory:
   full         every configuration of the spec's random draw, every seed, the full budget
                (the spec without its scheduler);
   halving      the spec as it is: the same configurations, successive halving;
-  tpe_halving  Optuna's TPE proposing as many configurations (`--parallel` at a time) from the
-               same distributions, pruned by the same scheduler.
+  tpe_halving  Optuna's TPE proposing as many configurations from the same distributions,
+               `--parallel` at a time, each batch halved by the same scheduler before the
+               next is asked; TPE proposes at random in the first batch and models the
+               outcomes told from the second on (search.startup_trials = --parallel). With
+               --parallel η**K (9 for the spec's three rungs), the batches together cost what
+               halving the same number of configurations at once does.
 For each: the env steps trained (the sum over trials of the step each reached: a continued
 trial counts its steps once), the wall time, and the configuration it picked (its summary.csv's
 first row: the best of those that reached the full budget). Each pick is then retrained to the
@@ -38,7 +42,7 @@ flags.DEFINE_string('spec', 'configs/sweeps/pendulum_halving.yaml',
                     'A sweep spec with `random` and a `scheduler`.')
 flags.DEFINE_string('workdir', '/tmp/sweep_efficiency', 'Where the sweeps go; reused (resumed).')
 flags.DEFINE_integer('workers', 2, 'DirectRunner workers of each sweep.')
-flags.DEFINE_integer('parallel', 3, 'Configurations TPE proposes at a time.')
+flags.DEFINE_integer('parallel', 9, 'Configurations TPE proposes at a time (a bracket).')
 flags.DEFINE_list('retrain_seeds', ['1000', '1001', '1002', '1003', '1004'],
                   'Fresh seeds every picked configuration is retrained with.')
 flags.DEFINE_list('methods', ['full', 'halving', 'tpe_halving'], 'Which searches to run.')
@@ -62,7 +66,8 @@ def method_spec(document, method, parallel):
         draw = document.pop('random')
         document['search'] = {
             'sampler': 'tpe', 'num_trials': draw['num_samples'], 'parallel': parallel,
-            'seed': draw.get('seed', 0), 'parameters': draw['parameters'],
+            'seed': draw.get('seed', 0), 'startup_trials': parallel,
+            'parameters': draw['parameters'],
             'metric': document['scheduler'].get('metric', sweep_spec.DEFAULT_METRIC),
             'mode': document['scheduler'].get('mode', sweep_spec.DEFAULT_MODE)}
     elif method != 'halving':

@@ -25,14 +25,15 @@ class DerivedSpecsTest(absltest.TestCase):
         document = base_document()
         full = parse(sweep_efficiency.method_spec(document, 'full', 3))
         halving = parse(sweep_efficiency.method_spec(document, 'halving', 3))
-        tpe = parse(sweep_efficiency.method_spec(document, 'tpe_halving', 3))
+        tpe = parse(sweep_efficiency.method_spec(document, 'tpe_halving', 9))
         self.assertIsNone(full.scheduler)
         self.assertEqual(full.trials(), halving.trials())  # The same configurations and ids.
         self.assertGreaterEqual(len(full.configurations()), 27)
         self.assertEqual(tpe.scheduler, halving.scheduler)
         self.assertEqual(tpe.search.distributions, halving.distributions)
         self.assertEqual(tpe.search.num_trials, len(halving.configurations()))
-        self.assertEqual((tpe.search.sampler, tpe.search.parallel), ('tpe', 3))
+        self.assertEqual((tpe.search.sampler, tpe.search.parallel), ('tpe', 9))
+        self.assertEqual(tpe.search.startup_trials, 9)  # TPE models from the second batch on.
         self.assertEqual(document, base_document(), 'the base document was changed')
         with self.assertRaisesRegex(ValueError, 'unknown method'):
             sweep_efficiency.method_spec(document, 'grid', 3)

@@ -3,9 +3,18 @@
 Without a scheduler a sweep is one stage: every trial to the full budget. With one
 (pipelines/halving.py), each stage trains the trials of a rung (every bracket's current rung at
 once, for HyperBand) to that rung's budget, continuing each trial from its checkpoint; then each
-bracket's configurations are ranked and the top 1/η promoted. With `search`
-(pipelines/search.py), configurations are first proposed batch by batch, each batch trained to
-the first rung (or the full budget) and told its scores before the next is asked.
+bracket's configurations are ranked and the top 1/η promoted.
+
+With `search` (pipelines/search.py), configurations are proposed a batch at a time, and each
+batch is halved as a bracket of its own, from the first rung to the full budget, before the
+next is asked (as BOHB, Falkner et al. 2018, runs successive halving on what its model
+proposes). The sampler is then told every configuration's outcome as Optuna's TPE with a pruner
+sees it: its score at each rung, and whether it completed the full budget or was pruned. TPE
+ranks completed configurations above pruned ones and pruned ones by how far they got, so it
+models what does well at the full budget, not what learns fastest in the first rung. A batch
+of η**K configurations (K + 1 rungs) spends what successive halving spends on them in one
+bracket, so a search of several batches costs what halving the same number of configurations
+at once does.
 
 `train(work)` trains a stage: work is [(trial, budget)], budget None for the full one. Results
 are read back from the trials' `result.json`, so the course of a resumed sweep is recomputed
@@ -15,6 +24,7 @@ sweep is rerun to retry failed trials, which then retrain only in rungs not yet 
 """
 
 import dataclasses
+import functools
 import json
 import time
 
@@ -35,7 +45,7 @@ class Course:
     rung_of: dict  # trial id -> index of the last rung it trained in.
     budgets: list  # The budget of each rung (one rung without a scheduler).
     decisions: dict  # (bracket, rung) -> decision record (as in rungs.jsonl).
-    bracket_of: dict  # config id -> bracket.
+    bracket_of: dict  # config id -> bracket (with search: the batch that proposed it).
 
 
 def run(spec, output_dir, train, study=None):
@@ -43,78 +53,104 @@ def run(spec, output_dir, train, study=None):
     scheduler = spec.scheduler
     budgets = (halving.rung_budgets(scheduler.min_steps, scheduler.reduction_factor,
                                     spec.env_steps) if scheduler else [spec.env_steps])
-    decisions = read_decisions(output_dir)
+    course = Course(trials=[], rung_of={}, budgets=budgets,
+                    decisions=read_decisions(output_dir), bracket_of={})
     trials_of = {}  # config id -> its trials.
-    tried = set()  # (trial id, budget) trained by this run: a failure is not retried in it.
 
-    def train_once(work):
-        work = [(trial, stop) for trial, stop in work if (trial.id, stop) not in tried]
-        tried.update((trial.id, stop) for trial, stop in work)
-        if work:
-            train(work)
-        return len(work)
-
-    first_budget = budgets[0]
-    if study is not None:
-        _search(spec, output_dir, study, train_once, first_budget, trials_of)
-        configurations = [configuration for _, configuration in study.proposed()]
-    else:
-        configurations = spec.configurations()
-    for configuration in configurations:
+    def add(configuration):
+        """The config id of `configuration`, whose trials are added unless a proposal was."""
         trials = spec.trials_of(configuration, len(trials_of))
-        trials_of.setdefault(trials[0].config_id, trials)  # A proposal may repeat one.
-    config_ids = list(trials_of)
-    brackets = scheduler.brackets if scheduler else 1
-    reduction_factor = scheduler.reduction_factor if scheduler else 2
-    assignment = halving.assign_brackets(config_ids, brackets, len(budgets), reduction_factor)
-    bracket_of = {config_id: bracket for bracket, ids in assignment.items() for config_id in ids}
-    rung_of = {}
-    # Each bracket: its current rung and the configurations in it, after the recorded decisions.
-    state = {}
-    for bracket, ids in assignment.items():
-        rung, survivors = bracket, ids
-        while (bracket, rung) in decisions:
-            survivors = decisions[bracket, rung]['promoted']
+        return trials_of.setdefault(trials[0].config_id, trials)[0].config_id
+
+    halve = functools.partial(_halve, spec, output_dir, course, trials_of, train)
+    if study is None:
+        config_ids = [add(configuration) for configuration in spec.configurations()]
+        brackets = scheduler.brackets if scheduler else 1
+        assignment = halving.assign_brackets(config_ids, brackets, len(budgets),
+                                             scheduler.reduction_factor if scheduler else 2)
+        halve({bracket: (bracket, ids) for bracket, ids in assignment.items()})
+    else:
+        for index in range(study.num_batches):
+            batch = [(number, add(configuration)) for number, configuration in study.batch(index)]
+            fresh = [config_id for _, config_id in batch if config_id not in course.bracket_of]
+            if not study.told().keys() >= {number for number, _ in batch}:
+                logging.info('Search batch %d of %d: %d configurations proposed.', index + 1,
+                             study.num_batches, len(batch))
+            halve({index: (0, list(dict.fromkeys(fresh)))})
+            for number, config_id in batch:
+                study.tell(number, *_outcome(spec, output_dir, course, trials_of, config_id))
+            study.store()
+    course.trials = [trial for trials in trials_of.values() for trial in trials]
+    return course
+
+
+def _halve(spec, output_dir, course, trials_of, train, brackets):
+    """Trains the brackets {bracket: (first rung, config ids)} rung by rung to the end.
+
+    The brackets' current rungs train together, one stage per step up; a rung decided before
+    (in `course.decisions`) is not decided again, its promotions are taken as recorded.
+    """
+    budgets = course.budgets
+    state = {}  # bracket -> [its current rung, the configurations in it].
+    for bracket, (rung, config_ids) in brackets.items():
+        course.bracket_of.update(dict.fromkeys(config_ids, bracket))
+        survivors = config_ids
+        while (bracket, rung) in course.decisions:
+            for config_id in course.decisions[bracket, rung]['scores']:
+                for trial in trials_of.get(config_id, []):
+                    course.rung_of[trial.id] = max(course.rung_of.get(trial.id, rung), rung)
+            survivors = course.decisions[bracket, rung]['promoted']
             rung += 1
         state[bracket] = [rung, survivors]
     while True:
         active = {bracket: (rung, survivors) for bracket, (rung, survivors) in state.items()
                   if rung < len(budgets) and survivors}
         if not active:
-            break
+            return
         work = []
         for rung, survivors in active.values():
             for config_id in survivors:
                 for trial in trials_of[config_id]:
-                    rung_of[trial.id] = rung
+                    course.rung_of[trial.id] = rung
                     work.append((trial, _stop(budgets, rung)))
         pending = [(trial, budget) for trial, budget in work
                    if not reached(trial_lib.read_result(output_dir, trial.id),
-                                  budget or spec.env_steps) and (trial.id, budget) not in tried]
+                                  budget or spec.env_steps)]
         if pending:
             rungs = sorted({rung for rung, _ in active.values()})
             logging.info('Stage: %d trials to rung%s %s (%s env steps), %d done earlier.',
                          len(pending), 's' if len(rungs) > 1 else '',
                          ', '.join(map(str, rungs)),
                          ', '.join(str(budgets[rung]) for rung in rungs), len(work) - len(pending))
-            train_once(pending)
+            train(pending)
         for bracket, (rung, survivors) in active.items():
             if rung == len(budgets) - 1:
                 state[bracket][0] = rung + 1
                 continue
             decision = _decide(spec, output_dir, bracket, rung, budgets[rung], survivors,
                                trials_of)
-            decisions[bracket, rung] = decision
-            write_decisions(output_dir, decisions)
+            course.decisions[bracket, rung] = decision
+            write_decisions(output_dir, course.decisions)
             state[bracket] = [rung + 1, decision['promoted']]
-    # Trials of rungs decided before this run: their rung from the decisions.
-    for (_, rung), decision in decisions.items():
-        for config_id in decision['scores']:
-            for trial in trials_of.get(config_id, []):
-                rung_of[trial.id] = max(rung_of.get(trial.id, rung), rung)
-    trials = [trial for config_id in config_ids for trial in trials_of[config_id]]
-    return Course(trials=trials, rung_of=rung_of, budgets=budgets, decisions=decisions,
-                  bracket_of=bracket_of)
+
+
+def _outcome(spec, output_dir, course, trials_of, config_id):
+    """(scores, completed) of a configuration, as the search is told them.
+
+    scores: {budget: score} of each rung the configuration was scored at (a score None if a seed
+    failed there); completed: whether it trained to the full budget.
+    """
+    bracket = course.bracket_of[config_id]
+    scores = {}
+    for rung, budget in enumerate(course.budgets[:-1]):
+        decision = course.decisions.get((bracket, rung))
+        if decision is None or config_id not in decision['scores']:
+            break
+        scores[budget] = decision['scores'][config_id]
+    completed = course.rung_of[trials_of[config_id][0].id] == len(course.budgets) - 1
+    if completed:
+        scores[spec.env_steps] = config_score(spec, output_dir, trials_of[config_id])
+    return scores, completed
 
 
 def _stop(budgets, rung):
@@ -157,30 +193,6 @@ def _decide(spec, output_dir, bracket, rung, budget, survivors, trials_of):
     return {'bracket': bracket, 'rung': rung, 'budget': budget, 'metric': spec.metric,
             'mode': spec.mode, 'scores': scores, 'promoted': promoted,
             'decided_at': time.time()}
-
-
-def _search(spec, output_dir, study, train, first_budget, trials_of):
-    """Asks, trains (to the first rung) and tells every batch of the search."""
-    stop = first_budget if spec.scheduler else None
-    for index in range(study.num_batches):
-        batch = study.batch(index)
-        told = study.told()
-        work = []
-        for _, configuration in batch:
-            trials = spec.trials_of(configuration, len(trials_of))
-            trials_of.setdefault(trials[0].config_id, trials)
-            work += [(trial, stop) for trial in trials_of[trials[0].config_id]
-                     if not reached(trial_lib.read_result(output_dir, trial.id), first_budget)]
-        if work:
-            logging.info('Search batch %d of %d: %d configurations proposed, %d trials to '
-                         'train.', index + 1, study.num_batches, len(batch), len(work))
-            train(work)
-        for number, configuration in batch:
-            if number in told:
-                continue
-            trials = trials_of[spec.trials_of(configuration, 0)[0].config_id]
-            study.tell(number, config_score(spec, output_dir, trials))
-        study.store()
 
 
 def read_decisions(output_dir):

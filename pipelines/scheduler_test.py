@@ -5,10 +5,12 @@ return that is a known function of the configuration and the budget, so every pr
 checked against the one it must be.
 """
 
+import collections
 import json
 import os
 import time
 
+import optuna
 from absl.testing import absltest
 
 from pipelines import halving, scheduler, search, sweep_spec
@@ -74,6 +76,10 @@ class StandInTrainer:
 
 def parse(text):
     return sweep_spec.parse(text, 'spec.yaml')
+
+
+def spec_config_id(text, configuration):
+    return parse(text).trials_of(configuration, 0)[0].config_id
 
 
 def config_ids_by_rate(spec):
@@ -273,20 +279,60 @@ class SearchTest(absltest.TestCase):
         self.assertEqual([len(stage) for stage in resumed.stages], [3, 4])
         self.assertLen(told, 6)
 
-    def test_halving_prunes_what_the_search_proposes(self):
+    def test_each_batch_is_halved_before_the_next_is_asked_and_told_how_far_it_got(self):
         output_dir = self.create_tempdir().full_path
-        text = SEARCH + 'scheduler: {type: successive_halving, min_steps: 100}\n'
-        course, trainer, told, _ = self.run_search(text, output_dir)
-        # Three batches to rung 0 (100 steps), told their rung-0 scores; then the best 2 of 6
-        # to 300 steps and the best of those to the full budget.
-        self.assertEqual([len(stage) for stage in trainer.stages], [4, 4, 4, 4, 2])
-        self.assertEqual({stop for _, stop in trainer.stages[0]}, {100})
-        self.assertEqual({stop for _, stop in trainer.stages[4]}, {None})
-        self.assertEqual(sorted(course.decisions), [(0, 0), (0, 1)])
-        best = course.decisions[0, 1]['promoted'][0]
-        self.assertEqual(max(told.values()), max(
-            score for config_id, score in course.decisions[0, 0]['scores'].items()))
-        self.assertIn(best, course.decisions[0, 0]['promoted'])
+        text = SEARCH.replace('parallel: 2', 'parallel: 3') + (
+            'scheduler: {type: successive_halving, min_steps: 100}\n')
+        course, trainer, told, proposed = self.run_search(text, output_dir)
+        # Batch by batch: 3 configurations to rung 0 (100 steps), the best to 300, then to 900.
+        self.assertEqual([len(stage) for stage in trainer.stages], [6, 2, 2] * 2)
+        self.assertEqual([{stop for _, stop in stage} for stage in trainer.stages],
+                         [{100}, {300}, {None}] * 2)
+        self.assertEqual(sorted(course.decisions), [(0, 0), (0, 1), (1, 0), (1, 1)])
+        stored = optuna.load_study(study_name=search.STUDY_NAME,
+                                   storage=f'sqlite:///{output_dir}/{search.STUDY_FILE}')
+        trials = {trial.number: trial for trial in stored.get_trials()}
+        for number, configuration in proposed:
+            config_id = spec_config_id(text, configuration)
+            batch = course.bracket_of[config_id]
+            self.assertEqual(batch, number // 3)
+            rung_0 = score_of(configuration, 100, 0.5)
+            self.assertAlmostEqual(course.decisions[batch, 0]['scores'][config_id], rung_0)
+            if config_id in course.decisions[batch, 1]['promoted']:  # Trained to the end.
+                self.assertEqual(trials[number].state, optuna.trial.TrialState.COMPLETE)
+                self.assertAlmostEqual(told[number], score_of(configuration, 900, 0.5))
+                self.assertEqual(sorted(trials[number].intermediate_values), [100, 300, 900])
+            else:  # Pruned: its last rung's score, which TPE ranks below every completed one.
+                self.assertEqual(trials[number].state, optuna.trial.TrialState.PRUNED)
+                last = max(trials[number].intermediate_values)
+                self.assertIn(last, (100, 300))
+                self.assertAlmostEqual(told[number], score_of(configuration, last, 0.5))
+        # A rerun trains nothing and tells nothing new.
+        _, rerun, told_again, _ = self.run_search(text, output_dir)
+        self.assertEqual(rerun.stages, [])
+        self.assertEqual(told_again, told)
+
+    def test_batches_of_eta_to_the_k_configurations_cost_what_halving_them_at_once_does(self):
+        halving_scheduler = 'scheduler: {type: successive_halving, min_steps: 100}\n'
+        searched = SEARCH.replace('num_trials: 6', 'num_trials: 18').replace(
+            'parallel: 2', 'parallel: 9') + halving_scheduler
+        at_once = searched.replace('search:', 'random:').replace(
+            '  sampler: tpe\n  num_trials: 18\n  parallel: 9\n', '  num_samples: 18\n')
+        spent = {}
+        for name, text in (('search', searched), ('at once', at_once)):
+            output_dir = self.create_tempdir().full_path
+            if name == 'search':
+                _, trainer, _, _ = self.run_search(text, output_dir)
+            else:
+                trainer = StandInTrainer(output_dir, 900)
+                scheduler.run(parse(text), output_dir, trainer)
+            last = {}
+            for trial_id, stop in trainer.trained():
+                last[trial_id] = stop or 900
+            spent[name] = sorted(collections.Counter(last.values()).items())
+        # 2 x (9 to 100 steps, 3 on to 300, 1 to 900) = 18, 6 and 2 (x 2 seeds).
+        self.assertEqual(spent['search'], [(100, 24), (300, 8), (900, 4)])
+        self.assertEqual(spent['at once'], spent['search'])
 
 
 if __name__ == '__main__':

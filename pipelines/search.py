@@ -1,12 +1,15 @@
 """Model-based search for sweeps: configurations proposed by Optuna's samplers (ask/tell).
 
-The sweep asks for `parallel` configurations at a time (a batch), trains them with every seed,
-and tells the sampler each configuration's score (pipelines/halving.py: the mean over seeds of
-the metric at the budget trained; with a scheduler, its first rung). TPE (Bergstra et al. 2011,
-Optuna's TPESampler) models the scores told so far; `constant_liar` keeps the proposals of one
-batch apart. The study lives in `<output_dir>/search.db`, an SQLite file through Optuna's RDB
-storage. In a bucket the launcher works on a local copy and uploads it after every change: the
-launcher owns the file (one launcher per sweep).
+The sweep asks for `parallel` configurations at a time (a batch), trains them with every seed
+(with a scheduler: halves them, pipelines/scheduler.py), and tells the sampler each
+configuration's outcome: its score (pipelines/halving.py: the mean over seeds of the metric) at
+each budget it reached, and whether it completed the full budget or was pruned. TPE (Bergstra et
+al. 2011, Optuna's TPESampler) models the outcomes told so far once `startup_trials` are in
+(before that it proposes at random), ranking pruned configurations below completed ones as it
+does with Optuna's pruners; `constant_liar` keeps the proposals of one batch apart. The study
+lives in `<output_dir>/search.db`, an SQLite file through Optuna's RDB storage. In a bucket the
+launcher works on a local copy and uploads it after every change: the launcher owns the file
+(one launcher per sweep).
 
 Resuming proposes the same configurations: the sampler of batch b is seeded from (seed, b), so
 its proposals depend only on the seed and on what was told before, and a batch already asked is
@@ -86,11 +89,31 @@ class Study:
                      if trial.user_attrs.get(BATCH_ATTR) == index]
         return [(trial.number, self.configuration(trial)) for trial in asked]
 
-    def tell(self, number, value):
-        """Tells trial `number` its score; None (no score: a seed failed) marks it failed."""
-        state = optuna.trial.TrialState.COMPLETE if value is not None else (
-            optuna.trial.TrialState.FAIL)
-        self._study.tell(number, value, state=state, skip_if_finished=True)
+    def tell(self, number, scores, completed=True):
+        """Tells trial `number` its outcome: {budget: score} of the budgets it was scored at.
+
+        A completed trial's value is its score at the last budget; a pruned one
+        (`completed=False`) is told PRUNED with its scores as intermediate values, so TPE ranks
+        it below every completed trial, by the last budget it reached and then its score there.
+        A last score of None (a seed failed) marks the trial failed, which TPE leaves out.
+        Telling a trial told before changes nothing (a resumed sweep tells its batches again).
+        """
+        trial_id = self._storage.get_trial_id_from_study_id_trial_number(
+            self._storage.get_study_id_from_name(STUDY_NAME), number)
+        trial = self._storage.get_trial(trial_id)
+        if trial.state.is_finished():
+            return
+        value = list(scores.values())[-1] if scores else None
+        for budget, score in scores.items():
+            if score is not None and budget not in trial.intermediate_values:
+                self._storage.set_trial_intermediate_value(trial_id, budget, score)
+        if value is None:
+            state = optuna.trial.TrialState.FAIL
+        elif completed:
+            state = optuna.trial.TrialState.COMPLETE
+        else:
+            state, value = optuna.trial.TrialState.PRUNED, None
+        self._study.tell(number, value, state=state)
 
     def store(self):
         """Uploads the study, in a bucket (a local study is stored as it changes)."""
@@ -125,7 +148,8 @@ class Study:
     def _sampler(self, index):
         seed = int(hashlib.sha256(f'{self._search.seed}/{index}'.encode()).hexdigest()[:8], 16)
         if self._search.sampler == 'tpe':
-            return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+            return optuna.samplers.TPESampler(
+                seed=seed, constant_liar=True, n_startup_trials=self._search.startup_trials)
         return optuna.samplers.RandomSampler(seed=seed)
 
 

@@ -2,6 +2,7 @@
 
 import os
 
+import optuna
 from absl.testing import absltest
 
 from agents.runs import gcs_testing, run_dir
@@ -57,21 +58,54 @@ class StudyTest(absltest.TestCase):
             self.assertEqual(study.batch(0), first)
             self.assertEqual(study.proposed(), first)
 
-    def test_values_told_and_failures(self):
+    def test_outcomes_told_as_optunas_tpe_with_a_pruner_sees_them(self):
         output_dir = self.create_tempdir().full_path
-        with search.Study(parse('random'), output_dir) as study:
-            (one, _), (two, _) = study.batch(0)
-            study.tell(one, -150.0)
-            study.tell(two, None)
-            study.tell(one, -150.0)  # Told again (a resumed sweep): no error.
-            self.assertEqual(study.told(), {one: -150.0, two: None})
+        with search.Study(parse(), output_dir) as study:
+            (completed, _), (pruned, _) = study.batch(0)
+            (failed, _), (failed_later, _) = study.batch(1)
+            study.tell(completed, {100: -900.0, 300: -400.0, 900: -150.0})
+            study.tell(pruned, {100: -700.0}, completed=False)
+            study.tell(failed, {100: None}, completed=False)
+            study.tell(failed_later, {100: -800.0, 300: None}, completed=False)
+            study.tell(completed, {900: -1.0})  # Told again (a resumed sweep): nothing changes.
+            told = study.told()
+        self.assertEqual(told, {completed: -150.0, pruned: -700.0, failed: None,
+                                failed_later: None})
+        stored = optuna.load_study(study_name=search.STUDY_NAME,
+                                   storage=f'sqlite:///{output_dir}/{search.STUDY_FILE}')
+        trials = {trial.number: trial for trial in stored.get_trials()}
+        state = optuna.trial.TrialState
+        self.assertEqual(trials[completed].state, state.COMPLETE)
+        self.assertEqual(trials[completed].intermediate_values,
+                         {100: -900.0, 300: -400.0, 900: -150.0})
+        self.assertEqual(trials[pruned].state, state.PRUNED)
+        self.assertEqual(trials[pruned].intermediate_values, {100: -700.0})
+        self.assertEqual(trials[failed].state, state.FAIL)
+        self.assertEqual(trials[failed_later].state, state.FAIL)
+        self.assertEqual(trials[failed_later].intermediate_values, {100: -800.0})
+
+    def test_tpe_models_the_outcomes_once_its_startup_trials_are_told(self):
+        self.assertEqual(parse().search.startup_trials, sweep_spec.DEFAULT_STARTUP_TRIALS)
+        batches = {}
+        for startup_trials in (2, 10):
+            spec = sweep_spec.parse(SPEC.replace('SAMPLER', 'tpe').replace(
+                'parallel: 2', f'parallel: 2\n  startup_trials: {startup_trials}'), 'spec.yaml')
+            self.assertEqual(spec.search.startup_trials, startup_trials)
+            with search.Study(spec, self.create_tempdir().full_path) as study:
+                first = study.batch(0)
+                for number, configuration in first:
+                    study.tell(number, {900: -configuration['PPO.num_epochs']})
+                batches[startup_trials] = first, study.batch(1)
+        # The first batch is random either way; the second is TPE's only after 2 trials.
+        self.assertEqual(batches[2][0], batches[10][0])
+        self.assertNotEqual(batches[2][1], batches[10][1])
 
     def test_the_study_in_a_bucket_is_the_launchers_file(self):
         with gcs_testing.GcsEmulator(buckets=('sweeps',)):
             output_dir = 'gs://sweeps/sweep'
             with search.Study(parse(), output_dir) as study:
                 first = study.batch(0)
-                study.tell(first[0][0], -10.0)
+                study.tell(first[0][0], {900: -10.0})
                 study.store()
             url = run_dir.join(output_dir, search.STUDY_FILE)
             self.assertTrue(run_dir.exists(url))

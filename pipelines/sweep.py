@@ -414,7 +414,9 @@ def describe(spec, output_dir):
     seeds = len(spec.seeds)
     if spec.search:
         what = (f'Sweep of {spec.search.num_trials} configurations proposed by '
-                f'{spec.search.sampler} ({spec.search.parallel} at a time) x {seeds} seeds')
+                f'{spec.search.sampler} ({spec.search.parallel} at a time'
+                f'{", each batch halved before the next" if spec.scheduler else ""}) x '
+                f'{seeds} seeds')
     else:
         trials = spec.trials()
         done = sum(scheduler.reached(trial_lib.read_result(output_dir, trial.id),

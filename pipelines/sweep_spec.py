@@ -25,12 +25,14 @@ A spec names the base gin files, fixed bindings, the per-trial budget, the seeds
 
 Instead of grid and random, `search` proposes configurations with Optuna (pipelines/search.py):
 
-    search: {sampler: tpe, num_trials: 27, parallel: 3, seed: 0, parameters: {...}}
+    search: {sampler: tpe, num_trials: 27, parallel: 9, seed: 0, parameters: {...}}
 
-with `parameters` as random's (plus int_uniform and int_log_uniform); a scheduler then prunes
-what it proposes. Successive halving (pipelines/halving.py) trains every configuration to
-`min_steps`, then each rung the top 1/reduction_factor of the last one `reduction_factor` times
-longer, up to budget.env_steps, continuing each trial from its checkpoint.
+with `parameters` as random's (plus int_uniform and int_log_uniform) and `startup_trials` (TPE's
+random start, 10 by default); with a scheduler each batch of `parallel` proposals is halved
+before the next is asked (pipelines/scheduler.py). Successive halving (pipelines/halving.py)
+trains every configuration to `min_steps`, then each rung the top 1/reduction_factor of the last
+one `reduction_factor` times longer, up to budget.env_steps, continuing each trial from its
+checkpoint.
 
 Every mistake is a `SpecError` of the form `path:line: message`, raised before any trial starts:
 `load` checks the structure, `check_gin` parses every parameter and configuration with gin.
@@ -63,7 +65,9 @@ FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random', 'schedul
 SCHEDULERS = ('successive_halving', 'hyperband')
 SCHEDULER_FIELDS = ('type', 'min_steps', 'reduction_factor', 'metric', 'mode', 'brackets')
 SAMPLERS = ('tpe', 'random')
-SEARCH_FIELDS = ('sampler', 'num_trials', 'parallel', 'seed', 'metric', 'mode', 'parameters')
+SEARCH_FIELDS = ('sampler', 'num_trials', 'parallel', 'seed', 'startup_trials', 'metric', 'mode',
+                 'parameters')
+DEFAULT_STARTUP_TRIALS = 10  # Optuna's TPESampler(n_startup_trials).
 MODES = ('max', 'min')
 DEFAULT_METRIC, DEFAULT_MODE = 'mean_return', 'max'
 SIGNIFICANT_DIGITS = 4  # Random draws are rounded, so ids and summaries stay readable.
@@ -102,6 +106,8 @@ class Search:
     parallel: int  # Configurations proposed together, trained side by side.
     seed: int
     distributions: dict  # Parameter name -> (kind, arguments), as `Spec.distributions`.
+    # TPE proposes at random until this many configurations have been told.
+    startup_trials: int = DEFAULT_STARTUP_TRIALS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,8 +480,9 @@ def _scheduler(document, env_steps, error):
                         f'to {rungs}, the number of rungs from min_steps to budget.env_steps; '
                         f'got {brackets!r}')
         if brackets > 1 and 'search' in document:
-            raise error(where + ('type',), 'hyperband with search is not supported: search '
-                        'models one budget, the first rung; use type: successive_halving')
+            raise error(where + ('type',), 'hyperband with search is not supported: each batch '
+                        'the search proposes is halved as one bracket from the first rung; use '
+                        'type: successive_halving')
     return Scheduler(type=kind, min_steps=min_steps, reduction_factor=factor, brackets=brackets)
 
 
@@ -506,13 +513,20 @@ def _search(document, error):
     seed = search.get('seed', 0)
     if not _is_int(seed) or seed < 0:
         raise error(where + ('seed',), f'search.seed must be an integer >= 0, got {seed!r}')
+    startup_trials = search.get('startup_trials', DEFAULT_STARTUP_TRIALS)
+    if 'startup_trials' in search and sampler != 'tpe':
+        raise error(where + ('startup_trials',), 'startup_trials is an option of sampler: tpe')
+    if not _is_int(startup_trials) or startup_trials < 0:
+        raise error(where + ('startup_trials',), f'search.startup_trials must be an integer '
+                    f'>= 0, got {startup_trials!r}')
     parameters = _parameters(search.get('parameters'), where + ('parameters',), error)
     if not parameters:
         raise error(where + ('parameters',) if 'parameters' in search else where,
                     'search.parameters must map gin parameters to distributions')
     distributions = {name: _distribution(spec, where + ('parameters', name), name, error)
                      for name, spec in parameters.items()}
-    return Search(sampler=sampler, seed=seed, distributions=distributions, **values)
+    return Search(sampler=sampler, seed=seed, distributions=distributions,
+                  startup_trials=startup_trials, **values)
 
 
 def _objective(document, error):

@@ -321,6 +321,12 @@ class BadSpecTest(parameterized.TestCase):
          'search:\n  sampler: tpe\n  num_trials: 2\n  parallel: 1\n'
          '  parameters: {PPO.num_epochs: {choice: [1]}}\n', 4, 'hyperband with search is not '
          'supported'),
+        ('startup_trials_of_random', BASE + 'search:\n  sampler: random\n  num_trials: 2\n'
+         '  parallel: 1\n  startup_trials: 1\n  parameters: {PPO.num_epochs: {choice: [1]}}\n',
+         7, 'startup_trials is an option of sampler: tpe'),
+        ('negative_startup_trials', BASE + 'search:\n  sampler: tpe\n  num_trials: 2\n'
+         '  parallel: 1\n  startup_trials: -1\n  parameters: {PPO.num_epochs: {choice: [1]}}\n',
+         7, 'search.startup_trials must be an integer >= 0, got -1'),
         ('int_uniform_of_floats', BASE + 'random:\n  num_samples: 2\n  parameters:\n'
          '    PPO.num_epochs: {int_uniform: [1.5, 4]}\n', 6, 'int_uniform needs integer bounds'),
         ('int_log_uniform_of_zero', BASE + 'random:\n  num_samples: 2\n  parameters:\n'
