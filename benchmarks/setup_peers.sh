@@ -1,13 +1,14 @@
 #!/bin/bash
 # setup_peers.sh: builds .venv-peers, the virtualenv of the peer implementations that the
-# benchmarks compare BatchPPO against (Stable-Baselines3 on CPU torch), from benchmarks/peers.lock.
+# benchmarks compare BatchPPO against (Stable-Baselines3 on CPU torch; rejax on CPU JAX and
+# gymnax), from benchmarks/peers.lock.
 #
 #   benchmarks/setup_peers.sh            create or update .venv-peers; prints its python
 #   benchmarks/setup_peers.sh --relock   regenerate peers.lock from peers.in (then run it again)
 #
 # Idempotent: a stamp inside .venv-peers records the sha256 of the lock it was built from, so
-# with nothing to do it costs a hash. It is the only thing that installs SB3 and torch; the
-# runtime's .venv, the tests and CI never do.
+# with nothing to do it costs a hash. It is the only thing that installs SB3, torch, rejax and
+# JAX; the runtime's .venv, the tests and CI never do.
 #
 # torch is pinned to its CPU build (+cpu), which PyPI does not serve: pip finds it through
 # --find-links $BATCHPPO_TORCH_WHEELS (default /opt/wheels, where this machine keeps it; elsewhere

@@ -1,34 +1,50 @@
-r"""Training speed of BatchPPO against Stable-Baselines3 PPO (CPU torch) with matched settings.
+r"""Training speed of BatchPPO against Stable-Baselines3 PPO (CPU torch) and rejax PPO (JAX)
+with matched settings.
 
 Each run is a subprocess started alone (never two at once): BatchPPO through its CLI
-(agents/scripts/train.py) and SB3 through benchmarks/sb3_runner.py under the peers' python
-(.venv-peers, built by benchmarks/setup_peers.sh, which this binary runs first unless
---peers_python is given). Both get the same settings table: it is read from the task's gin
-configuration, so BatchPPO runs its own config and SB3 the translation of it; a setting SB3 cannot
-express is refused. While a run goes, this process polls its metrics.jsonl (stamping each
-evaluation with the time since launch) and /proc for the whole process tree (env workers
-included): summed RSS and PSS (proportional set size: shared pages counted once) and CPU time.
+(agents/scripts/train.py), SB3 through benchmarks/sb3_runner.py and rejax (PureJaxRL-style: the
+whole training one XLA program, on gymnax's Pendulum) through benchmarks/rejax_runner.py, both
+under the peers' python (.venv-peers, built by benchmarks/setup_peers.sh, which this binary runs
+first unless --peers_python is given). All get the same settings table: it is read from the
+task's gin configuration, so BatchPPO runs its own config and the peers the translation of it; a
+setting SB3 cannot express is refused (rejax_runner.py lists what rejax runs its own way).
+While a run goes, this process polls its metrics.jsonl (stamping each evaluation with the time
+since launch) and /proc for the whole process tree (env workers included): summed RSS and PSS
+(proportional set size: shared pages counted once) and CPU time.
 
 Reported per task and system (medians over seeds):
   overall     env steps / wall time from launch to exit (imports, compilation and evaluations
               included);
   steady      env steps / training seconds after the first evaluation (no compile, no evals),
-              from the runs' own logs;
+              from the runs' own logs; for rejax, whose only evaluation follows its one
+              compiled call, env steps / the execution time of that call, compiled ahead of
+              time (compilation excluded);
   +evals      the same window by the wall clock (evaluations, checkpoints, logging included);
+  w/ compile  env steps / the run's own training clock at its last evaluation (ours: from the
+              first iteration on, compilation and evaluations included; rejax: compilation
+              and the compiled call);
+  launch-exit wall time from launch to exit;
+  compile     rejax's tracing and compilation of its training program;
   to <thr>    wall time from launch until an evaluation's mean return reached the threshold;
   train <thr> the same by the run's own training clock (`wall_time_s` of that evaluation: from
               the first iteration on, compilation and evaluations included; imports, building
               the environments and the agent excluded);
-  final       mean return of the last evaluation;
+  final       mean return of the last evaluation (rejax's only one: its times to the threshold
+              are those of the end of its run);
   peak PSS / RSS of the process tree, and its CPU seconds;
-and the ratios ours / SB3. The native tasks (configs/pendulum_native.gin, the environment in
-TensorFlow, with 16, 64, 256 and 4096 environments; and pendulum.gin's settings on the native
-environment) run ours only and are compared with their baseline task's rows: native / SB3 and
-native / ours on Gymnasium.
+and the ratios ours / SB3 and ours / rejax. The native tasks (configs/pendulum_native.gin, the
+environment in TensorFlow, with 16, 64, 256 and 4096 environments; and pendulum.gin's settings
+on the native environment) run ours and rejax (never SB3) and are compared with their baseline
+task's rows: native / SB3 and native / ours on Gymnasium.
 
 Example (about 10 minutes on 2 cores):
 
     bazel run //benchmarks:train_throughput -- --seeds=1 --output_json=/tmp/train.json
+
+Ours against rejax on the native Pendulum tasks (16 x 128 and 4096 x 8), seeds alternated:
+
+    bazel run //benchmarks:train_throughput -- --systems=ours,rejax \
+        --tasks=pendulum_native,pendulum_native4096 --seeds=3
 """
 
 import dataclasses
@@ -54,8 +70,8 @@ flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',
                             'pendulum_gym_settings_native', 'cheetah', 'cheetah_shared'],
                   'Tasks to run (keys of TASKS).')
-flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3, baseline (ours from '
-                  '--baseline_tree).')
+flags.DEFINE_list('systems', ['ours', 'sb3'], 'Systems to run: ours, sb3, rejax (native tasks '
+                  'only), baseline (ours from --baseline_tree).')
 flags.DEFINE_string('baseline_tree', None, 'Another checkout of this project, e.g. of main '
                     '(`git worktree add /tmp/main main`): runs it as the system `baseline` '
                     'right after `ours` on every task and seed, with its own configs, and '
@@ -84,8 +100,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Task:
     """A benchmark task: BatchPPO's gin configuration of it, its budget and return threshold.
 
-    A task with a `baseline` (a native-environment task) runs ours only and is compared with
-    the baseline task's SB3 and ours rows.
+    A task with a `baseline` (a native-environment task) runs ours and rejax, not SB3, and is
+    compared with the baseline task's SB3 and ours rows.
     """
 
     gin_files: tuple
@@ -297,6 +313,12 @@ def summarize_run(run, threshold):
     run['steady_wall_sps'] = (
         (last['step'] - evals[0]['step']) / (last['seen_s'] - evals[0]['seen_s'])
         if len(evals) > 1 and last['seen_s'] > evals[0]['seen_s'] else None)
+    if run['steady_sps'] is None and 'train_s' in last:
+        # rejax: one evaluation, after one compiled call whose execution time it reports.
+        run['steady_sps'] = last['env_steps_per_sec']
+    run['train_clock_sps'] = (last['step'] / last['wall_time_s']
+                              if last.get('wall_time_s') else None)
+    run['compile_s'] = last.get('compile_s')
     run['final_return'] = last['mean_return']
     reached = [record for record in evals
                if threshold is not None and record['mean_return'] >= threshold]
@@ -322,6 +344,11 @@ def sb3_command(python, settings, logdir, seed):
             f'--torch_threads={FLAGS.sb3_torch_threads}', f'--vec_env={FLAGS.sb3_vec_env}']
 
 
+def rejax_command(python, settings, logdir, seed):
+    return [python, os.path.join(HERE, 'rejax_runner.py'), f'--config={json.dumps(settings)}',
+            f'--logdir={logdir}', f'--seed={seed}']
+
+
 def peers_python():
     if FLAGS.peers_python:
         return FLAGS.peers_python
@@ -332,9 +359,10 @@ def peers_python():
     return result.stdout.strip().splitlines()[-1]
 
 
-RATIO_KEYS = ('overall_sps', 'steady_sps', 'steady_wall_sps', 'to_threshold_s',
-              'train_to_threshold_s', 'peak_pss_mb', 'peak_rss_mb', 'cpu_s')
-SUMMARY_KEYS = RATIO_KEYS + ('final_return', 'steps', 'wall_s')
+RATIO_KEYS = ('overall_sps', 'steady_sps', 'steady_wall_sps', 'train_clock_sps', 'wall_s',
+              'to_threshold_s', 'train_to_threshold_s', 'peak_pss_mb', 'peak_rss_mb', 'cpu_s')
+SUMMARY_KEYS = RATIO_KEYS + ('final_return', 'steps', 'compile_s')
+SYSTEMS = ('ours', 'sb3', 'rejax', 'baseline')
 
 
 def _median(values):
@@ -343,9 +371,11 @@ def _median(values):
 
 
 def task_systems(task, systems):
-    """The systems `task` runs with: ours (and the baseline tree) only for a native task."""
+    """The systems `task` runs with: SB3 only on Gymnasium, rejax only on a native task (its
+    gymnax Pendulum stands in for our native one)."""
+    native = TASKS[task].baseline is not None
     return [system for system in systems
-            if system in ('ours', 'baseline') or not TASKS[task].baseline]
+            if system in ('ours', 'baseline') or (system == 'rejax') == native]
 
 
 def _ratios(numerator, denominator):
@@ -354,8 +384,8 @@ def _ratios(numerator, denominator):
 
 
 def summarize(runs, tasks, systems):
-    """Medians over seeds per task and system, and the ratios ours / SB3 (for a native task:
-    native / SB3 and native / ours of its baseline task)."""
+    """Medians over seeds per task and system, and the ratios ours / SB3 and ours / rejax (for a
+    native task also native / SB3 and native / ours of its baseline task)."""
     summary = {}
     for task in tasks:
         summary[task] = {}
@@ -374,6 +404,8 @@ def summarize(runs, tasks, systems):
             summary[task][system] = medians
         if {'ours', 'sb3'} <= set(summary[task]):
             summary[task]['ratio'] = _ratios(summary[task]['ours'], summary[task]['sb3'])
+        if {'ours', 'rejax'} <= set(summary[task]):
+            summary[task]['ours/rejax'] = _ratios(summary[task]['ours'], summary[task]['rejax'])
         if {'ours', 'baseline'} <= set(summary[task]):
             summary[task]['ours/baseline'] = _ratios(summary[task]['ours'],
                                                      summary[task]['baseline'])
@@ -411,10 +443,11 @@ def format_table(summary, tasks, loads=()):
     def number(value, digits=0):
         return '-' if value is None else f'{value:,.{digits}f}'
 
-    header = ('task', 'system', 'steps', 'overall/s', 'steady/s', '+evals/s', 'to thr (s)',
-              'train thr (s)', 'final', 'PSS MB', 'RSS MB', 'CPU s')
-    ratio_labels = {'ratio': 'ours/SB3', 'native/SB3': 'native/SB3', 'native/gym': 'native/gym',
-                    'ours/baseline': 'ours/baseline'}
+    header = ('task', 'system', 'steps', 'overall/s', 'steady/s', '+evals/s', 'w/ compile/s',
+              'launch-exit (s)', 'compile (s)', 'to thr (s)', 'train thr (s)', 'final', 'PSS MB',
+              'RSS MB', 'CPU s')
+    ratio_labels = {'ratio': 'ours/SB3', 'ours/rejax': 'ours/rejax', 'native/SB3': 'native/SB3',
+                    'native/gym': 'native/gym', 'ours/baseline': 'ours/baseline'}
     rows = [header]
     for task in tasks:
         threshold = TASKS[task].threshold
@@ -423,7 +456,8 @@ def format_table(summary, tasks, loads=()):
                 rows.append((task, ratio_labels[system], '', number(values['overall_sps'], 2),
                              number(values['steady_sps'], 2),
                              number(values['steady_wall_sps'], 2),
-                             number(values['to_threshold_s'], 2),
+                             number(values['train_clock_sps'], 2), number(values['wall_s'], 2),
+                             '', number(values['to_threshold_s'], 2),
                              number(values['train_to_threshold_s'], 2), '',
                              number(values['peak_pss_mb'], 2), number(values['peak_rss_mb'], 2),
                              number(values['cpu_s'], 2)))
@@ -435,7 +469,9 @@ def format_table(summary, tasks, loads=()):
                 values['train_to_threshold_s'], 1)
             rows.append((task, system, number(values['steps']), number(values['overall_sps']),
                          number(values['steady_sps']), number(values['steady_wall_sps']),
-                         to_threshold, train_to_threshold, number(values['final_return'], 1),
+                         number(values['train_clock_sps']), number(values['wall_s'], 1),
+                         number(values['compile_s'], 1), to_threshold, train_to_threshold,
+                         number(values['final_return'], 1),
                          number(values['peak_pss_mb']),
                          number(values['peak_rss_mb']), number(values['cpu_s'], 1)))
     widths = [max(len(str(row[column])) for row in rows) for column in range(len(header))]
@@ -448,7 +484,9 @@ def format_table(summary, tasks, loads=()):
                      f'({thresholds}); (reached/seeds); a seed that never reached it counts as '
                      'slowest, - when that is the median; train thr: the same by the run\'s own '
                      'training clock (no imports or setup). native/*: a native task against its '
-                     'baseline task\'s SB3 and ours (Gymnasium) rows.')
+                     'baseline task\'s SB3 and ours (Gymnasium) rows. rejax evaluates once, at '
+                     'the end; its steady/s is the execution of its compiled program, '
+                     'compilation excluded.')
     if loads:
         lines.append(f'Load average (1 min) at the runs\' starts: {min(loads):.1f} to '
                      f'{max(loads):.1f} on {os.cpu_count()} CPUs.')
@@ -489,17 +527,17 @@ def main(argv):
             systems.insert(systems.index('ours') + 1 if 'ours' in systems else 0, 'baseline')
     elif 'baseline' in systems:
         raise app.UsageError('the system baseline needs --baseline_tree')
-    unknown = [system for system in systems if system not in ('ours', 'sb3', 'baseline')]
+    unknown = [system for system in systems if system not in SYSTEMS]
     if unknown:
-        raise app.UsageError(f'Unknown systems {unknown}; known: ours, sb3, baseline')
+        raise app.UsageError(f'Unknown systems {unknown}; known: {", ".join(SYSTEMS)}')
     if FLAGS.seeds < 1:
         raise app.UsageError('--seeds must be positive')
     budgets = parse_budgets(FLAGS.budget, FLAGS.tasks)
-    python = peers_python() if 'sb3' in systems else None
+    python = peers_python() if {'sb3', 'rejax'} & set(systems) else None
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='train_throughput-')
     ours_env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT)
     baseline_env = dict(os.environ, PYTHONPATH=os.path.abspath(FLAGS.baseline_tree or '.'))
-    sb3_env = {key: value for key, value in os.environ.items() if key != 'PYTHONPATH'}
+    peers_env = {key: value for key, value in os.environ.items() if key != 'PYTHONPATH'}
     runs, settings_by_task = [], {}
     for task in FLAGS.tasks:
         settings, gin_files, bindings = shared_settings(
@@ -518,8 +556,10 @@ def main(argv):
                     cwd = os.path.abspath(FLAGS.baseline_tree)
                     command = ours_command(gin_files, bindings, logdir, seed, tree=cwd)
                     env = baseline_env
+                elif system == 'rejax':
+                    command, env = rejax_command(python, settings, logdir, seed), peers_env
                 else:
-                    command, env = sb3_command(python, settings, logdir, seed), sb3_env
+                    command, env = sb3_command(python, settings, logdir, seed), peers_env
                 run = summarize_run(run_monitored(command, logdir, env, FLAGS.poll_secs, cwd),
                                     TASKS[task].threshold)
                 run.update(task=task, system=system, seed=seed, logdir=logdir)

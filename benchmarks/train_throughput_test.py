@@ -1,11 +1,13 @@
 """Tests of the training benchmark's bookkeeping: settings table, process monitoring, summaries.
 
-The runs themselves (BatchPPO, and SB3 in .venv-peers) are not started here; a small Python
-script stands in for them.
+The runs themselves (BatchPPO, and SB3 and rejax in .venv-peers) are not started here; a small
+Python script stands in for them.
 """
 
+import ast
 import json
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -14,6 +16,7 @@ from absl.testing import absltest
 from agents.runs import run_config
 from benchmarks import train_throughput
 
+PEERS_PYTHON = os.path.join(run_config.PACKAGE_ROOT, '.venv-peers', 'bin', 'python')
 # A stand-in for a training run: holds `MB` of memory in itself and in a child process, writes
 # two evaluations to <logdir>/metrics.jsonl and exits with `CODE`.
 FAKE_RUN = textwrap.dedent('''
@@ -79,6 +82,102 @@ class SharedSettingsTest(absltest.TestCase):
             train_throughput.shared_settings(task, 5000)
 
 
+def _runner_settings(name):
+    """The SETTINGS tuple of a peer runner, read from its source: the runners import the peers'
+    packages, which only .venv-peers has."""
+    with open(os.path.join(train_throughput.HERE, name), encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [target.id for target in node.targets] == [
+                'SETTINGS']:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f'{name} defines no SETTINGS')
+
+
+class PeerCommandTest(absltest.TestCase):
+
+    def test_runners_take_the_shared_settings_table(self):
+        settings, _, _ = train_throughput.shared_settings(
+            train_throughput.TASKS['pendulum_native4096'], 600_000)
+        for runner in ('sb3_runner.py', 'rejax_runner.py'):
+            with self.subTest(runner=runner):
+                self.assertCountEqual(_runner_settings(runner), settings)
+
+    def test_rejax_command_carries_the_settings(self):
+        settings, _, _ = train_throughput.shared_settings(
+            train_throughput.TASKS['pendulum_native'], 150_000)
+        python, runner, *flags = train_throughput.rejax_command(
+            '/peers/python', settings, '/logs/run', 2)
+        self.assertEqual(python, '/peers/python')
+        self.assertEqual(runner, os.path.join(train_throughput.HERE, 'rejax_runner.py'))
+        config = json.loads(flags[0].removeprefix('--config='))
+        self.assertEqual(config, settings)
+        # pendulum_native.gin's settings, as the issue compares them.
+        self.assertEqual((config['num_envs'], config['rollout_length'], config['num_epochs'],
+                          config['num_minibatches'], config['total_steps']),
+                         (16, 128, 10, 8, 150_000))
+        self.assertEqual(flags[1:], ['--logdir=/logs/run', '--seed=2'])
+
+    @absltest.skipUnless(os.path.exists(PEERS_PYTHON), '.venv-peers is absent (build it with '
+                         'benchmarks/setup_peers.sh) so rejax cannot be checked')
+    def test_rejax_builds_the_algorithm_as_translated(self):
+        # Builds (never trains) rejax's PPO under the peers' python.
+        script = textwrap.dedent('''
+            import json, sys
+            sys.path.insert(0, sys.argv[1])
+            import rejax_runner
+            settings = json.loads(sys.argv[2])
+            algo, total = rejax_runner.make_algo(settings)
+            rate = algo.learning_rate
+            print(json.dumps({
+                'total': total, 'num_envs': algo.num_envs, 'num_steps': algo.num_steps,
+                'num_epochs': algo.num_epochs, 'num_minibatches': algo.num_minibatches,
+                'gamma': algo.gamma, 'gae_lambda': algo.gae_lambda, 'clip_eps': algo.clip_eps,
+                'vf_coef': algo.vf_coef, 'ent_coef': algo.ent_coef,
+                'max_grad_norm': algo.max_grad_norm,
+                'normalize_observations': algo.normalize_observations,
+                'normalize_rewards': algo.normalize_rewards,
+                'hidden': list(algo.actor.hidden_layer_sizes),
+                'critic_hidden': list(algo.critic.hidden_layer_sizes),
+                'activation': algo.actor.activation.__name__,
+                'rates': [float(rate(count)) for count in (0, 79, 80, 74 * 80 - 1)],
+                'max_steps': int(algo.env_params.max_steps_in_episode)}))
+        ''')
+        found, _, _ = train_throughput.shared_settings(
+            train_throughput.TASKS['pendulum_native'], 150_000)
+        output = subprocess.run(
+            [PEERS_PYTHON, '-c', script, train_throughput.HERE, json.dumps(found)],
+            capture_output=True, text=True, check=True,
+            env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}).stdout
+        built = json.loads(output.strip().splitlines()[-1])
+        # 150k steps are 74 iterations of 16 x 128, each of 10 epochs x 8 minibatches.
+        self.assertEqual(built['total'], 74 * 2048)
+        self.assertEqual((built['num_envs'], built['num_steps'], built['num_epochs'],
+                          built['num_minibatches']), (16, 128, 10, 8))
+        self.assertEqual((built['gamma'], built['gae_lambda'], built['clip_eps'],
+                          built['vf_coef'], built['ent_coef'], built['max_grad_norm']),
+                         (found['discount'], found['gae_lambda'], found['clip_ratio'],
+                          found['value_coef'], found['entropy_coef'], found['max_grad_norm']))
+        self.assertTrue(built['normalize_observations'] and built['normalize_rewards'])
+        self.assertEqual(built['hidden'], [64, 64])
+        self.assertEqual(built['critic_hidden'], [64, 64])
+        self.assertEqual(built['activation'], 'tanh')
+        rate = found['learning_rate']
+        for got, want in zip(built['rates'], (rate, rate, rate * 73 / 74, rate / 74),
+                             strict=True):
+            self.assertAlmostEqual(got, want)
+        self.assertEqual(built['max_steps'], 200)
+
+    def test_rejax_runs_on_native_tasks_only(self):
+        self.assertEqual(train_throughput.task_systems('pendulum_native', ['ours', 'rejax']),
+                         ['ours', 'rejax'])
+        self.assertEqual(train_throughput.task_systems('pendulum_native4096',
+                                                       ['sb3', 'ours', 'rejax']),
+                         ['ours', 'rejax'])
+        self.assertEqual(train_throughput.task_systems('pendulum', ['ours', 'sb3', 'rejax']),
+                         ['ours', 'sb3'])
+
+
 class RunMonitoredTest(absltest.TestCase):
 
     def run_fake(self, megabytes, code=0):
@@ -142,6 +241,38 @@ class SummaryTest(absltest.TestCase):
         with self.assertRaisesRegex(RuntimeError, 'no evaluation'):
             train_throughput.summarize_run({'wall_s': 1.0, 'evals': []}, None)
 
+    def test_summarize_rejax_run(self):
+        # rejax_runner.py's one line: 8192 steps in a 2 s compiled call after 6 s of compiling.
+        record = {'step': 8192, 'mean_return': -180.0, 'std_return': 20.0, 'episodes': 10,
+                  'mean_length': 200.0, 'env_steps_per_sec': 4096.0, 'wall_time_s': 8.0,
+                  'compile_s': 6.0, 'train_s': 2.0, 'seen_s': 11.0}
+        run = train_throughput.summarize_run({'wall_s': 12.0, 'evals': [record]}, -200.0)
+        self.assertAlmostEqual(run['steady_sps'], 4096.0)
+        self.assertAlmostEqual(run['train_clock_sps'], 1024.0)
+        self.assertAlmostEqual(run['overall_sps'], 8192 / 12.0)
+        self.assertEqual(run['compile_s'], 6.0)
+        self.assertIsNone(run['steady_wall_sps'])
+        self.assertEqual(run['final_return'], -180.0)
+        self.assertEqual(run['to_threshold_s'], 11.0)
+
+    def test_ours_against_rejax(self):
+        def run(system, seed, sps):
+            return {'task': 'pendulum_native', 'system': system, 'seed': seed,
+                    'to_threshold_s': None, 'train_to_threshold_s': None,
+                    **{key: sps for key in train_throughput.SUMMARY_KEYS
+                       if key not in ('to_threshold_s', 'train_to_threshold_s')}}
+
+        runs = [run('ours', 0, 100.0), run('rejax', 0, 50.0), run('ours', 1, 300.0),
+                run('rejax', 1, 100.0), run('ours', 2, 200.0), run('rejax', 2, 400.0)]
+        summary = train_throughput.summarize(runs, ['pendulum_native'], ['ours', 'rejax'])
+        self.assertEqual(summary['pendulum_native']['rejax']['steady_sps'], 100.0)
+        self.assertEqual(summary['pendulum_native']['ours/rejax']['steady_sps'], 2.0)
+        self.assertEqual(summary['pendulum_native']['ours/rejax']['train_clock_sps'], 2.0)
+        self.assertEqual(summary['pendulum_native']['ours/rejax']['wall_s'], 2.0)
+        table = train_throughput.format_table(summary, ['pendulum_native'])
+        self.assertIn('ours/rejax', table)
+        self.assertIn('w/ compile/s', table)
+
     def test_medians_count_unreached_seeds_as_slowest(self):
         def run(system, to_threshold, sps):
             return {'task': 'pendulum', 'system': system, 'to_threshold_s': to_threshold,
@@ -161,7 +292,7 @@ class SummaryTest(absltest.TestCase):
         self.assertIn('30.0 (2/3)', table)
         self.assertIn('1.0 to 2.5', table)
 
-    def test_native_tasks_run_ours_only_against_their_baseline(self):
+    def test_native_tasks_run_without_sb3_against_their_baseline(self):
         def run(task, system, sps, to_threshold):
             return {'task': task, 'system': system, 'to_threshold_s': to_threshold,
                     'train_to_threshold_s': to_threshold - 2.0,
