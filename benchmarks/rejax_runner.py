@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 from rejax import PPO
+from rejax import evaluate as rejax_evaluate
 
 SETTINGS = (
     'env_id', 'env_kwargs', 'total_steps', 'num_envs', 'rollout_length', 'eval_every_steps',
@@ -116,35 +117,22 @@ def make_algo(settings):
 
 
 def evaluate(algo, train_state, rng, episodes):
-    """Returns and lengths of `episodes` full episodes of the deterministic policy."""
+    """Returns and lengths of `episodes` full episodes of the deterministic policy, run by
+    rejax's own evaluation loop (rejax.evaluate) with the Gaussian's mean for an action."""
     env, params = algo.env, algo.env_params
     space = env.action_space(params)
-    max_steps = params.max_steps_in_episode
 
-    def policy(observ):
+    def act(observ, unused_rng):
         if algo.normalize_observations:
             observ = algo.normalize_obs(train_state.obs_rms_state, observ)
         mean = algo.actor.apply(train_state.actor_ts.params, observ[None],
                                 method=lambda actor, x: actor._action_dist(x).mean())
         return jnp.clip(mean[0], space.low, space.high)
 
-    def episode(key):
-        reset_key, key = jax.random.split(key)
-        observ, state = env.reset(reset_key, params)
-
-        def step(carry, key):
-            observ, state, total, length, running = carry
-            observ, state, reward, done, _ = env.step(key, state, policy(observ), params)
-            total = total + jnp.where(running, reward.squeeze(), 0.0)
-            length = length + running
-            return (observ, state, total, length, running & ~done), None
-
-        carry = (observ, state, jnp.zeros(()), jnp.zeros((), jnp.int32), jnp.array(True))
-        (_, _, total, length, _), _ = jax.lax.scan(
-            step, carry, jax.random.split(key, max_steps))
-        return total, length
-
-    return jax.jit(jax.vmap(episode))(jax.random.split(rng, episodes))
+    lengths, returns = rejax_evaluate.evaluate(
+        act, rng, env, params, num_seeds=episodes,
+        max_steps_in_episode=params.max_steps_in_episode)
+    return returns, lengths
 
 
 def main(argv):

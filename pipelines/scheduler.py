@@ -98,7 +98,7 @@ def _halve(spec, output_dir, course, trials_of, train, brackets):
         while (bracket, rung) in course.decisions:
             for config_id in course.decisions[bracket, rung]['scores']:
                 for trial in trials_of.get(config_id, []):
-                    course.rung_of[trial.id] = max(course.rung_of.get(trial.id, rung), rung)
+                    course.rung_of[trial.id] = rung  # Rungs come in order: the last wins.
             survivors = course.decisions[bracket, rung]['promoted']
             rung += 1
         state[bracket] = [rung, survivors]
