@@ -1,10 +1,12 @@
 """The run loop of every algorithm: alternating training and evaluation phases, everything logged.
 
 The loop knows no algorithm: `train.algorithm` names one (e.g. `train.algorithm = @PPO`), which
-gives the loop what agents/algorithms/algorithm.py lists. Each training iteration is one
-compiled call: the simulator's T-step rollout of the batch of environments followed by the
-algorithm's update. With the native backend (`env_backend='native'`, TF environments from
-agents/envs) that call runs no Python at all (`jit_compile` hands it to XLA). Every
+gives the loop what agents/algorithms/algorithm.py lists. A training iteration is the
+simulator's T-step rollout of the batch of environments followed by the algorithm's update,
+compiled. With the Gymnasium backend each iteration is one call; with the native backend
+(`env_backend='native'`, TF environments from agents/envs) one call runs the iterations up to
+the next evaluation (`iterations_per_call`) with no Python at all (`jit_compile` hands it to
+XLA), and an evaluation is one call too: Python touches the loop only between them. Every
 `eval_every_steps` environment steps the deterministic policy runs `eval_episodes` episodes on
 separate environment instances; the run then writes a checkpoint, exports the policy as a
 SavedModel to `policy/<step>/`, and writes a line of `metrics.jsonl` and TensorBoard summaries,
@@ -85,6 +87,11 @@ _RESTART_SEED_STRIDE = 7919
 # The checkpoint's entry for the training episodes in flight (native backend only); a checkpoint
 # without it (Gymnasium backend, or from before it existed) resumes with new episodes.
 ROLLOUT_CHECKPOINT_KEY = 'rollout'
+# A compiled call of several iterations ends after about this many seconds (see
+# `train.iterations_per_call`), so that a stop signal or a progress line waits no longer.
+CALL_SECONDS = 1.0
+# Steps of the evaluation environments per compiled call (Gymnasium backend).
+_EVAL_CHUNK = 100
 
 
 class TrainingError(Exception):
@@ -151,6 +158,7 @@ def training_run(logdir,
           on_env_failure='restart',
           max_env_restarts=3,
           on_nonfinite='stop',
+          iterations_per_call=None,
           seed=0):
     """Builds the environments, the algorithm and the `TrainingRun` of `algorithm` on `env_id`.
 
@@ -199,6 +207,11 @@ def training_run(logdir,
       on_nonfinite: when the rollout holds a non-finite observation or reward, or the update a
         non-finite loss, gradient or parameter, the update is undone and 'stop' ends the run
         (the last checkpoint stays the last one) or 'skip' goes on with the next batch.
+      iterations_per_call: the most training iterations one compiled call runs (native backend;
+        the Gymnasium backend runs one). A call never runs past an evaluation, nor (once the
+        first calls are timed) much longer than `CALL_SECONDS`, so that signals and progress
+        lines are not held up. None: as many as fit. The iterations and their results are the
+        same whatever the value; fewer, longer calls leave Python less to do.
       seed: seeds environments, network initialization and sampling.
     """
     _check_algorithm(algorithm)
@@ -235,6 +248,17 @@ def training_run(logdir,
         raise run_config.ConfigError(
             'train.jit_compile = True needs train.env_backend = \'native\': Gymnasium '
             'environments are stepped by Python, which XLA cannot compile')
+    if iterations_per_call is not None and (
+            not _is_int(iterations_per_call) or iterations_per_call < 1):
+        raise run_config.ConfigError('train.iterations_per_call must be a positive integer or '
+                                     f'None, got {iterations_per_call!r}')
+    if not native and iterations_per_call not in (None, 1):
+        raise run_config.ConfigError(
+            'train.iterations_per_call > 1 needs train.env_backend = \'native\': a failed '
+            'Gymnasium environment is restarted and its iteration redone one at a time')
+    if iterations_per_call is None:
+        # Enough for the iterations between two evaluations.
+        iterations_per_call = -(-eval_every_steps // steps_per_iteration) if native else 1
     if optimize_graphs is None:
         optimize_graphs = not native
     tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': not optimize_graphs})
@@ -249,7 +273,8 @@ def training_run(logdir,
                           total_steps, eval_every_steps, checkpoints_to_keep, log_every_secs,
                           make_train_env=envs.make_training, on_env_failure=on_env_failure,
                           max_env_restarts=max_env_restarts, on_nonfinite=on_nonfinite,
-                          seed=seed, jit_compile=jit_compile)
+                          seed=seed, jit_compile=jit_compile,
+                          iterations_per_call=iterations_per_call)
 
 
 def _is_int(value):
@@ -323,7 +348,7 @@ class TrainingRun:
     def __init__(self, logdir, agent, train_env, eval_env, rollout_length, total_steps,
                  eval_every_steps, checkpoints_to_keep, log_every_secs, make_train_env=None,
                  on_env_failure='restart', max_env_restarts=3, on_nonfinite='stop', seed=0,
-                 jit_compile=False):
+                 jit_compile=False, iterations_per_call=1):
         self._logdir = logdir
         self._agent = agent
         self._train_env = train_env
@@ -339,16 +364,21 @@ class TrainingRun:
         self._max_env_restarts = max_env_restarts
         self._on_nonfinite = on_nonfinite
         self._seed = seed
+        self._iterations_per_call = iterations_per_call
         self._env_restarts = 0  # Since the last checkpoint.
         self._total_env_restarts = 0
         self.skipped_batches = 0
         self._dropped_in_a_row = 0
         # Autograph off: the code has no tensor-dependent Python control flow, and converting
         # it lengthened the first iteration's tracing by seconds.
-        self._compiled_iteration = tf.function(
-            self._iteration_graph, autograph=False, jit_compile=jit_compile)
+        self._compiled_iterations = tf.function(
+            self._iterations_graph, autograph=False, jit_compile=jit_compile)
+        # Native evaluation environments run whole episodes in one call; Gymnasium's in calls
+        # of `_EVAL_CHUNK` steps, between which the run checks for stop signals.
+        self._native_eval = getattr(eval_env, 'vector_env', None) is None
         self._eval_rollout = tf.function(
-            self._eval_rollout_graph, autograph=False, jit_compile=jit_compile)
+            self._evaluation_graph if self._native_eval else self._eval_rollout_graph,
+            autograph=False, jit_compile=jit_compile)
         train_agent = simulated_agent.SimulatedAgent(agent, len(train_env))
         self._train_sim = simulate.Simulator(train_env, train_agent)
         self._eval_sim = simulate.Simulator(
@@ -400,7 +430,8 @@ class TrainingRun:
         graph (shapes, dtypes, minibatch sizes) surface as a ConfigError before anything is
         written. Executes nothing."""
         try:
-            self._compiled_iteration.get_concrete_function(tf.TensorSpec([], tf.bool))
+            self._compiled_iterations.get_concrete_function(
+                tf.TensorSpec([], tf.bool), tf.TensorSpec([], tf.int32))
             self._eval_rollout.get_concrete_function(tf.TensorSpec([], tf.bool))
         except (ValueError, TypeError) as error:
             raise run_config.ConfigError(
@@ -526,33 +557,38 @@ class TrainingRun:
         train_seconds = 0.0
         last_log = time.time()
         first_iteration = True
-        episode_returns = []
+        seconds_per_iteration = None  # Of the last call, once one ran without compiling.
+        episodes = [0, 0.0]  # Training episodes ended since the last progress line, their return.
         while int(self.env_steps) < target:
             self._check_signals()
             _clear_scalar_cache()
             began = time.time()
             previous_steps = int(self.env_steps)
+            count = self._call_size(previous_steps, target, seconds_per_iteration)
             self._heartbeat.phase('the first iteration (tracing and compiling)'
-                                  if first_iteration else 'an iteration')
+                                  if first_iteration else 'training')
             # New episodes everywhere, unless the checkpoint held those in flight.
-            transitions, metrics = self._iteration(
-                first_iteration and not self.episodes_restored)
-            train_seconds += time.time() - began
+            iterations = self._iterations(first_iteration and not self.episodes_restored, count)
+            seconds = time.time() - began
+            train_seconds += seconds
+            if not first_iteration:
+                seconds_per_iteration = seconds / len(iterations)
             steps = self._step = int(self.env_steps)
             steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
-            done = transitions.terminated | transitions.truncated
-            returns = transitions.episode_return[done]
-            lengths = transitions.episode_length[done]
-            finite = np.isfinite(returns)
-            episode_returns = (episode_returns + list(returns[finite]))[-100:]
-            with self._writing(f'the summaries in {self._logdir}'), \
-                    self._writer.as_default(step=steps):
-                for name, value in metrics.items():
-                    tf.summary.scalar(f'train/{name}', value)
-                if finite.any():
-                    tf.summary.scalar('train/episode_return', np.mean(returns[finite]))
-                    tf.summary.scalar('train/episode_length', np.mean(lengths[finite]))
-                tf.summary.scalar('train/env_steps_per_sec', steps_per_sec)
+            with self._writing(f'the summaries in {self._logdir}'):
+                for index, iteration in enumerate(iterations):
+                    with self._writer.as_default(
+                            step=previous_steps + (index + 1) * self._steps_per_iteration):
+                        for name, value in iteration.metrics.items():
+                            tf.summary.scalar(f'train/{name}', value)
+                        if iteration.episodes:
+                            tf.summary.scalar('train/episode_return',
+                                              iteration.return_sum / iteration.episodes)
+                            tf.summary.scalar('train/episode_length',
+                                              iteration.length_sum / iteration.episodes)
+                        tf.summary.scalar('train/env_steps_per_sec', steps_per_sec)
+                    episodes[0] += iteration.episodes
+                    episodes[1] += iteration.return_sum
             if first_iteration:
                 path = os.path.join(self._logdir, run_config.OPERATIVE_CONFIG_FILE)
                 with self._writing(path):
@@ -568,7 +604,8 @@ class TrainingRun:
                 latest = self._evaluate_and_save(steps)
             if last or time.time() - last_log >= self._log_every_secs:
                 last_log = time.time()
-                self._log_progress(steps, steps_per_sec, episode_returns, latest)
+                self._log_progress(steps, steps_per_sec, episodes, latest)
+                episodes = [0, 0.0]
             self._heartbeat.phase('training')
         steps = int(self.env_steps)
         if steps < self._total_steps:  # At or past stop_at_step.
@@ -599,8 +636,73 @@ class TrainingRun:
         every = self._eval_every_steps
         return steps >= self._total_steps or steps // every > previous_steps // every
 
+    def _call_size(self, steps, target, seconds_per_iteration):
+        """How many iterations the next compiled call runs from `steps`: up to the next
+        evaluation or `target`, at most `iterations_per_call`, and about CALL_SECONDS' worth once
+        an iteration's time is known (the first call, which compiles, runs one)."""
+        most = self._iterations_per_call
+        if seconds_per_iteration is None:
+            most = 1
+        else:
+            most = min(most, max(1, int(CALL_SECONDS / max(seconds_per_iteration, 1e-9))))
+        count = 1
+        end = steps + self._steps_per_iteration
+        while count < most and end < target and not self._eval_due(steps, end):
+            count += 1
+            steps, end = end, end + self._steps_per_iteration
+        return count
+
+    def _iterations_graph(self, reset, count):
+        """Up to `count` iterations (at most `iterations_per_call`) in one compiled call.
+
+        The first iteration resets every environment if `reset`; the call stops early after an
+        iteration whose batch was non-finite (its update undone). Returns the number of
+        iterations run, each one's statistics stacked to [iterations_per_call] (the update's
+        metrics; the training episodes that ended with a finite return, their summed return and
+        length) and the non-finite report of the last one.
+        """
+        def iteration(reset):
+            summary, metrics = self._iteration_graph(reset)
+            ended = ((summary['terminated'] | summary['truncated'])
+                     & tf.math.is_finite(summary['episode_return']))
+
+            def ended_sum(values):
+                return tf.reduce_sum(tf.where(ended, tf.cast(values, tf.float64), 0.0))
+
+            stats = dict(metrics, episodes=tf.reduce_sum(tf.cast(ended, tf.int32)),
+                         return_sum=ended_sum(summary['episode_return']),
+                         length_sum=ended_sum(summary['episode_length']))
+            report = {name: summary[name] for name in (
+                'nonfinite', 'nonfinite_envs', 'finite_variables')}
+            return stats, report
+
+        size = self._iterations_per_call
+        if size == 1:
+            stats, report = iteration(reset)
+            return dict(report, ran=tf.constant(1),
+                        stats={name: value[None] for name, value in stats.items()})
+        # The loop's variables need the outputs' structure, which a trace that is never run
+        # tells (the body is traced once more in the loop: XLA compiles each copy of it).
+        stats, report = tf.function(iteration, autograph=False).get_concrete_function(
+            tf.TensorSpec([], tf.bool)).structured_outputs
+        stacked = {name: tf.zeros([size], value.dtype) for name, value in stats.items()}
+        report = {name: tf.zeros(value.shape, value.dtype) for name, value in report.items()}
+
+        def body(index, reset, stacked, unused_report):
+            stats, report = iteration(reset)
+            stacked = {name: tf.tensor_scatter_nd_update(values, [[index]], [stats[name]])
+                       for name, values in stacked.items()}
+            return index + 1, tf.constant(False), stacked, report
+
+        ran, _, stacked, report = tf.while_loop(
+            lambda index, unused_reset, unused_stacked, report: (index < count) & (
+                report['nonfinite'] == 0),
+            body, (tf.constant(0), reset, stacked, report), parallel_iterations=1,
+            maximum_iterations=size)
+        return dict(report, ran=ran, stats=stacked)
+
     def _iteration_graph(self, reset):
-        """The rollout and the update, compiled as `_compiled_iteration`."""
+        """One iteration: the rollout and the update, with the update undone if non-finite."""
         transitions = self._train_sim.rollout(self._rollout_length, reset=reset)
         batch = {
             'observ': transitions.observ,
@@ -649,9 +751,11 @@ class TrainingRun:
             'finite_variables': finite_variables}
         return summary, metrics
 
-    def _iteration(self, reset):
-        """One compiled iteration, redone on fresh environments if they fail (see
-        `on_env_failure`); returns the episode summary and the update's metrics."""
+    def _iterations(self, reset, count):
+        """One compiled call of up to `count` iterations, redone on fresh environments if they
+        fail (see `on_env_failure`; Gymnasium runs one iteration per call); returns each
+        iteration run as a namespace of its metrics (none for a dropped batch) and its training
+        episodes' count, summed return and summed length."""
         while True:
             self._check_signals()  # Also before a retry on rebuilt environments.
             # Native environments have no vector env: they run no code that could crash.
@@ -659,7 +763,7 @@ class TrainingRun:
             if vector_env is not None:
                 vector_env.failure = None
             try:
-                summary, metrics = self._compiled_iteration(tf.constant(reset))
+                outputs = self._compiled_iterations(tf.constant(reset), tf.constant(count))
                 break
             except tf.errors.OpError as error:
                 failure = vector_env.failure if vector_env is not None else None
@@ -679,15 +783,21 @@ class TrainingRun:
                 else:
                     raise
             reset = True
-        summary = {name: value.numpy() for name, value in summary.items()}
-        metrics = {name: float(value) for name, value in metrics.items()}
-        nonfinite = int(summary.pop('nonfinite'))
-        if nonfinite:
-            self._on_nonfinite_batch(nonfinite, summary)
-            metrics = {}
-        else:
+        stats = {name: values.numpy() for name, values in outputs.pop('stats').items()}
+        iterations = []
+        for index in range(int(outputs['ran'])):
+            metrics = {name: float(values[index]) for name, values in stats.items()}
+            iterations.append(types.SimpleNamespace(
+                episodes=int(metrics.pop('episodes')), return_sum=metrics.pop('return_sum'),
+                length_sum=metrics.pop('length_sum'), metrics=metrics))
+        nonfinite = int(outputs['nonfinite'])
+        if len(iterations) > 1 or not nonfinite:
             self._dropped_in_a_row = 0
-        return types.SimpleNamespace(**summary), metrics
+        if nonfinite:
+            iterations[-1].metrics = {}
+            self._on_nonfinite_batch(nonfinite, {
+                name: outputs[name].numpy() for name in ('nonfinite_envs', 'finite_variables')})
+        return iterations
 
     def _restart_envs(self, failure):
         """Rebuilds the training environments after `failure`, or raises EnvironmentFailure."""
@@ -962,15 +1072,45 @@ class TrainingRun:
         return returns, lengths
 
     def _eval_rollout_graph(self, reset):
-        transitions = self._eval_sim.rollout(100, reset=reset)
+        """`_EVAL_CHUNK` steps of the evaluation environments: what ended where, [T, N]."""
+        transitions = self._eval_sim.rollout(_EVAL_CHUNK, reset=reset)
         return {'terminated': transitions.terminated, 'truncated': transitions.truncated,
                 'episode_return': transitions.episode_return,
                 'episode_length': transitions.episode_length}
 
-    def _log_progress(self, steps, steps_per_sec, episode_returns, latest):
+    def _evaluation_graph(self, reset):
+        """The chunks of `_eval_rollout_graph` until every environment's first episode ended,
+        in one call (native environments); returns its result as a single step [1, N] at which
+        every episode ends, which `_evaluate` reads as it reads chunks.
+        """
+        num_envs = len(self._eval_env)
+        columns = tf.range(num_envs)
+
+        def body(reset, finished, returns, lengths):
+            chunk = self._eval_rollout_graph(reset)
+            ends = (chunk['terminated'] | chunk['truncated']) & ~finished[None]
+            first_end = tf.stack(
+                [tf.argmax(tf.cast(ends, tf.int32), axis=0, output_type=tf.int32), columns], 1)
+            ended = tf.reduce_any(ends, axis=0)
+            returns = tf.where(ended, tf.gather_nd(chunk['episode_return'], first_end), returns)
+            lengths = tf.where(ended, tf.gather_nd(chunk['episode_length'], first_end), lengths)
+            return tf.constant(False), finished | ended, returns, lengths
+
+        _, _, returns, lengths = tf.while_loop(
+            lambda unused_reset, finished, *unused: ~tf.reduce_all(finished), body,
+            (reset, tf.zeros([num_envs], tf.bool), tf.zeros([num_envs], tf.float32),
+             tf.zeros([num_envs], tf.int32)), parallel_iterations=1)
+        return {'terminated': tf.ones([1, num_envs], tf.bool),
+                'truncated': tf.zeros([1, num_envs], tf.bool),
+                'episode_return': returns[None], 'episode_length': lengths[None]}
+
+    def _log_progress(self, steps, steps_per_sec, episodes, latest):
+        """Logs a progress line; `episodes`: (count, summed return) of the training episodes that
+        ended since the last one."""
         remaining = max(self._total_steps - steps, 0)
         eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
-        train_return = f'{np.mean(episode_returns):.1f}' if episode_returns else 'n/a'
+        count, return_sum = episodes
+        train_return = f'{return_sum / count:.1f}' if count else 'n/a'
         eval_return = _format_return(latest['mean_return']) if latest else 'n/a'
         logging.info('step %d/%d | %.0f env steps/s | ETA %s | train return %s | eval return %s',
                      steps, self._total_steps, steps_per_sec, _format_seconds(eta), train_return,

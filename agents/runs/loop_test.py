@@ -142,6 +142,20 @@ def native_runs():
     return uninterrupted, stopped, continued, stop, restored
 
 
+def count_calls(run):
+    """The (iterations asked, iterations run) of each compiled call `run` makes from now on."""
+    calls = []
+    compiled = run._compiled_iterations
+
+    def counted(reset, count):
+        outputs = compiled(reset, count)
+        calls.append((int(count), int(outputs['ran'])))
+        return outputs
+
+    run._compiled_iterations = counted
+    return calls
+
+
 def copy_run(logdir, test):
     """A copy of the run in `logdir` in a temporary directory of `test`."""
     return shutil.copytree(logdir, os.path.join(test.create_tempdir().full_path, 'run'))
@@ -268,7 +282,13 @@ class TrainerTest(parameterized.TestCase):
                 (dict(native_dtype='float16'), 'train.native_dtype must be one of'),
                 (dict(optimize_graphs='yes'), 'train.optimize_graphs must be one of'),
                 (dict(env_backend='gymnasium', jit_compile=True),
-                 "train.jit_compile = True needs train.env_backend = 'native'")):
+                 "train.jit_compile = True needs train.env_backend = 'native'"),
+                (dict(env_backend='gymnasium', iterations_per_call=2),
+                 "train.iterations_per_call > 1 needs train.env_backend = 'native'"),
+                (dict(iterations_per_call=0), 'train.iterations_per_call must be a positive '
+                 'integer or None, got 0'),
+                (dict(iterations_per_call=2.5), 'train.iterations_per_call must be a positive '
+                 'integer or None, got 2.5')):
             arguments = {'env_id': 'Pendulum-v1', 'env_backend': 'native', **arguments}
             with self.subTest(**arguments), \
                     self.assertRaisesRegex(run_config.ConfigError, message):
@@ -324,6 +344,45 @@ class TrainerTest(parameterized.TestCase):
         for logdir in (uninterrupted, resumed):
             self.assertEqual([m['step'] for m in read_metrics(logdir)], [384, 640, 1024, 1280])
 
+
+    @parameterized.named_parameters(('graph', False, (1, 3, None)), ('xla', True, (1, None)))
+    def test_iterations_per_call_changes_no_result(self, jit_compile, per_call_values):
+        # 16 steps per iteration; evaluations at 128, 256 and 336: calls of up to 8 iterations.
+        native = dict(env_id='Pendulum-v1', env_backend='native', num_envs=2, rollout_length=8,
+                      total_steps=336, eval_every_steps=128, eval_episodes=2, seed=5,
+                      jit_compile=jit_compile, checkpoints_to_keep=1)
+        runs = {}
+        for per_call in per_call_values:
+            logdir = self.create_tempdir().full_path
+            with mock.patch.object(loop, 'CALL_SECONDS', 1e6), \
+                    loop.training_run(logdir, iterations_per_call=per_call, **native) as run:
+                calls = count_calls(run)
+                run.run()
+            checkpoint = tf.train.load_checkpoint(os.path.join(logdir, loop.CHECKPOINT_DIR))
+            runs[per_call] = dict(
+                calls=[count for count, _ in calls], summaries=_summaries(logdir, steps=True),
+                metrics=[{key: record[key] for key in ('step', 'mean_return', 'mean_length')}
+                         for record in read_metrics(logdir)],
+                variables={name: checkpoint.get_tensor(name) for name in
+                           checkpoint.get_variable_to_shape_map() if 'save_counter' not in name
+                           and not name.startswith(('wall_time', 'steps_per_sec', '_CHECK'))})
+        # The first call (which compiles) and the second (which times an iteration) run one
+        # iteration; the others run up to the next evaluation, at most `iterations_per_call`.
+        expected_calls = {1: [1] * 21, 3: [1, 1, 3, 3, 3, 3, 2, 3, 2], None: [1, 1, 6, 8, 5]}
+        for per_call in per_call_values:
+            self.assertEqual(runs[per_call]['calls'], expected_calls[per_call])
+        for per_call in per_call_values[1:]:
+            self.assertEqual(runs[per_call]['metrics'], runs[1]['metrics'])
+            self.assertEqual(runs[per_call]['summaries'].keys(), runs[1]['summaries'].keys())
+            for tag, values in runs[1]['summaries'].items():
+                if tag != 'train/env_steps_per_sec':
+                    self.assertEqual(runs[per_call]['summaries'][tag], values, tag)
+            self.assertEqual(runs[per_call]['variables'].keys(), runs[1]['variables'].keys())
+            for name, value in runs[1]['variables'].items():
+                np.testing.assert_array_equal(runs[per_call]['variables'][name], value, name)
+        self.assertLen(runs[1]['summaries']['train/loss'], 21)  # One per iteration.
+        self.assertEqual([step for step, _ in runs[1]['summaries']['train/loss']],
+                         list(range(16, 337, 16)))
 
     def test_stopped_and_continued_native_run_ends_bit_for_bit_as_an_uninterrupted_one(self):
         uninterrupted, stopped, continued, stop, restored = native_runs()
@@ -471,18 +530,22 @@ class FailingStubAlgorithm(StubAlgorithm):
     FAIL_AT_UPDATE = 2
 
 
+class FailingLaterStubAlgorithm(StubAlgorithm):
+    FAIL_AT_UPDATE = 4
+
+
 STUB_RUN = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=32, env_mode='in_process',
                 eval_every_steps=128, eval_episodes=1)
 
 
-def _summaries(logdir):
-    """{tag: [values]} of the run's TensorBoard summaries."""
+def _summaries(logdir, steps=False):
+    """{tag: [values]} of the run's TensorBoard summaries; [(step, value)] with `steps`."""
     found = {}
     for path in glob.glob(os.path.join(logdir, 'events.out.tfevents.*')):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
-                found.setdefault(value.tag, []).append(
-                    float(tf.make_ndarray(value.tensor)))
+                number = float(tf.make_ndarray(value.tensor))
+                found.setdefault(value.tag, []).append((event.step, number) if steps else number)
     return found
 
 
@@ -533,6 +596,28 @@ class StubAlgorithmTest(absltest.TestCase):
                    on_nonfinite='skip', **STUB_RUN)
         # The second update was undone: its count too.
         self.assertEqual(self._updates(skipping, 256), 3)
+
+    def test_a_nonfinite_batch_ends_its_call_of_several_iterations(self):
+        # 64 steps per iteration, one evaluation at the end: calls of 1, 1 and then 6
+        # iterations, of which the second (update 4) fails.
+        native = dict(STUB_RUN, env_backend='native', eval_every_steps=512, total_steps=512)
+        with mock.patch.object(loop, 'CALL_SECONDS', 1e6):
+            with self.assertRaisesRegex(loop.NonFiniteError, 'non-finite stub statistic in the '
+                                        'iteration that ended at step 256; its update was '
+                                        'undone and the run stopped'):
+                loop.train(self.create_tempdir().full_path,
+                           algorithm=FailingLaterStubAlgorithm, **native)
+            logdir = self.create_tempdir().full_path
+            with loop.training_run(logdir, algorithm=FailingLaterStubAlgorithm,
+                                   on_nonfinite='skip', **native) as run:
+                calls = count_calls(run)
+                run.run()
+        self.assertEqual(calls, [(1, 1), (1, 1), (6, 2), (4, 4)])
+        self.assertEqual(self._updates(logdir, 512), 7)  # Of 8: the fourth was undone.
+        self.assertEqual(int(run._agent.calls), 8)
+        rewards = _summaries(logdir, steps=True)['train/mean_reward']
+        self.assertEqual([step for step, _ in rewards], [64, 128, 192, 320, 384, 448, 512])
+        self.assertEqual(_summaries(logdir, steps=True)['train/skipped_batches'], [(256, 1.0)])
 
     def test_something_else_than_an_algorithm_is_refused(self):
         for value in (networks.FeedForwardValue, 'PPO', None):
