@@ -405,6 +405,7 @@ class TrainingRun:
         self._writer = None  # Made by `run`: nothing is written before.
         self._policy_exporter = None
         self._export_thread = None  # An executor while `run` runs.
+        self._eval_warmup = None  # The future of the evaluation compiled ahead (see `_run`).
         self._pending_export = None  # (what, future) of the export being written.
         self._after_save = None  # Called with the saved state complete (see `run`).
         self._signals = None  # The StopSignals watched while `run` runs.
@@ -550,6 +551,15 @@ class TrainingRun:
             records = recovery.repair_metrics(
                 os.path.join(self._logdir, METRICS_FILE), start_steps)
         latest = self._complete_last_save(start_steps, records, stop_at_step)
+        if self._native_eval and latest is None:
+            # The evaluation program compiles (on the second core) while the first iteration
+            # does: its first run, on the current weights, touches only the evaluation
+            # environments and draws no random numbers; every evaluation reseeds and resets them.
+            # Both are traced first, here: tracing in two threads at once would number the
+            # graphs' functions in a varying order, and XLA's persistent cache would miss.
+            self.check()
+            self._eval_warmup = self._export_thread.submit(
+                self._eval_rollout, tf.constant(True))
         # The budget, or the stop short of it (whole iterations, as the budget).
         target = min(self._total_steps, stop_at_step or self._total_steps)
         start_time = time.time()
@@ -1042,6 +1052,10 @@ class TrainingRun:
         on the weights and the step only: an extra one (at a stop) shifts no later one, and a
         resumed run's evaluations are those of the run uninterrupted.
         """
+        warmup, self._eval_warmup = self._eval_warmup, None
+        if warmup is not None:
+            # Its errors (e.g. a non-finite action) are the evaluation's to raise.
+            concurrent.futures.wait([warmup])
         self._eval_env.seed_next_reset(evaluation_seed(self._seed, steps))
         num_envs = len(self._eval_env)
         returns = np.zeros(num_envs)

@@ -152,6 +152,7 @@ def count_calls(run):
         calls.append((int(count), int(outputs['ran'])))
         return outputs
 
+    counted.get_concrete_function = compiled.get_concrete_function  # For `run.check`.
     run._compiled_iterations = counted
     return calls
 
