@@ -61,7 +61,15 @@ from absl import logging
 from tensorflow.python import pywrap_tfe
 
 from agents.algorithms import algorithm as algorithm_lib
-from agents.runs import environments, policy_export, recovery, run_config, run_dir, simulated_agent
+from agents.runs import (
+    environments,
+    policy_export,
+    recovery,
+    run_config,
+    run_dir,
+    simulated_agent,
+    xla_cache,
+)
 from agents.tools import batch_env, simulate, stop_signals
 
 METRICS_FILE = run_dir.METRICS_FILE
@@ -790,6 +798,8 @@ class TrainingRun:
                     # The rollout ended early; nothing was updated. The retry below resets
                     # every environment (reset=True): new episodes.
                     self._on_nonfinite_batch(_ACTION, None)
+                elif xla_cache.damaged(error):
+                    self._on_damaged_cache(error)
                 else:
                     raise
             reset = True
@@ -808,6 +818,22 @@ class TrainingRun:
             self._on_nonfinite_batch(nonfinite, {
                 name: outputs[name].numpy() for name in ('nonfinite_envs', 'finite_variables')})
         return iterations
+
+    def _on_damaged_cache(self, error):
+        """Raises TrainingError for a compiled program that XLA's cache failed to load, having
+        moved the cache's entries aside: TensorFlow keeps the failure for the process, and the
+        next run compiles afresh."""
+        kept = (f'the last checkpoint (step {self._saved_step}) is intact'
+                if self._saved_step is not None else 'no checkpoint was saved yet')
+        try:
+            moved = f'its entries were moved to {xla_cache.quarantine()}'
+        except OSError as move_error:
+            moved = (f'moving its entries aside failed ({move_error}); delete '
+                     f'{xla_cache.directory()}')
+        raise TrainingError(
+            f'XLA\'s compilation cache in {xla_cache.directory()} holds a damaged entry '
+            f'({_tf_reason(error)}); {moved}. The run stopped; {kept}. Rerun the same command '
+            'to resume: it compiles again.') from None
 
     def _restart_envs(self, failure):
         """Rebuilds the training environments after `failure`, or raises EnvironmentFailure."""
@@ -1068,6 +1094,8 @@ class TrainingRun:
             try:
                 summary = self._eval_rollout(tf.constant(reset))
             except tf.errors.OpError as error:
+                if xla_cache.damaged(error):
+                    self._on_damaged_cache(error)
                 if _NONFINITE_ACTION not in error.message:
                     raise
                 raise NonFiniteError(

@@ -8,6 +8,10 @@ schedules then run to the new budget from the current step on). `--stop_at_step=
 at step N (whole iterations) with a checkpoint and an evaluation, without changing its
 configuration: rerunning without it (or with a later one) continues the same run.
 
+With BATCHPPO_XLA_CACHE_DIR set (e.g. to ~/.cache/batchppo/xla), XLA's compiled programs are kept
+in that directory, where a later run of the same program (a rerun, a resumed run, another seed of
+the same configuration) loads them instead of compiling them again (agents/runs/xla_cache.py).
+
 Everything the configuration can get wrong is checked before the logdir is touched. Exit status:
 0 when the run reached its budget or --stop_at_step; 1 on bad input or when training stopped on a
 fault (the message, `train: error: ...`, names it and what was kept); 128 + the signal's number
@@ -29,7 +33,15 @@ gc.disable()
 
 from absl import app, flags, logging  # noqa: E402
 
+from agents.runs import xla_cache  # noqa: E402 (imports no TensorFlow)
 from agents.scripts import log_noise  # noqa: E402 (imports no TensorFlow)
+
+# XLA's compilation cache is a setting of the process that TensorFlow reads as it loads.
+try:
+    xla_cache.enable_from_environment()
+    _xla_cache_error = None
+except xla_cache.CacheError as error:
+    _xla_cache_error = error
 
 with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
@@ -58,7 +70,6 @@ flags.DEFINE_integer(
     'with a checkpoint and an evaluation, short of train.total_steps; not part of the '
     'configuration: rerun without it (or with a later one) to continue the run with the same '
     'schedules.', lower_bound=1)
-
 FLAGS = flags.FLAGS
 
 
@@ -83,6 +94,8 @@ def _main(signals):
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
         loop.check_config()
         loop.configure_threads()
+        if _xla_cache_error is not None:
+            raise run_config.ConfigError(f'{xla_cache.ENV_VAR}: {_xla_cache_error}')
         logdir = run_dir.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))
         if run_dir.is_remote(logdir):
             # Access, the lease and the run's files first: the checks below read the copy.

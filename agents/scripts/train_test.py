@@ -122,6 +122,46 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertIn('+PPO.learning_rate = 0.0001', refused.stderr)
         self.assertEqual(snapshot(logdir), before)
 
+    def test_xla_cache_is_reused_and_a_damaged_one_moved_aside(self):
+        cwd = self.create_tempdir().full_path
+        cache = os.path.join(cwd, 'cache', 'xla')
+        # 256 steps per iteration under XLA, an evaluation after each.
+        command = ['--gin_file=configs/pendulum_native.gin', '--logdir=run', *TINY[1:5],
+                   '--gin_bindings=PPO.num_minibatches = 4', '--gin_bindings=train.jit_compile = '
+                   'True', '--gin_bindings=train.total_steps = 512']
+        env = dict(os.environ, BATCHPPO_XLA_CACHE_DIR=cache)
+        logdir = os.path.join(cwd, 'run')
+        first = run_train(*command, '--stop_at_step=256', cwd=cwd, env=env)
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        entries = sorted(os.listdir(cache))
+        self.assertLen(entries, 2)  # The iterations and the evaluation.
+        for name in entries:
+            with open(os.path.join(cache, name), 'r+b') as f:
+                f.truncate(100)
+        damaged = run_train(*command, cwd=cwd, env=env)
+        self.assert_fails(damaged, f"XLA's compilation cache in {cache} holds a damaged entry "
+                          '(Read less bytes than requested); its entries were moved to '
+                          f'{cache}/damaged-')
+        self.assertIn('The run stopped; the last checkpoint (step 256) is intact. Rerun the same '
+                      'command to resume', damaged.stderr)
+        self.assertEqual(metric_steps(logdir), [256])
+        (moved,) = os.listdir(cache)
+        self.assertEqual(sorted(os.listdir(os.path.join(cache, moved))), entries)
+        again = run_train(*command, cwd=cwd, env=env)
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertEqual(metric_steps(logdir), [256, 512])
+        # The same programs again: their entries have the same names (they would be loaded).
+        self.assertEqual(sorted(set(os.listdir(cache)) - {moved}), entries)
+
+    def test_unusable_xla_cache_dir(self):
+        cwd = self.create_tempdir().full_path
+        blocker = self.create_tempfile('file').full_path
+        result = run_train('--gin_file=configs/pendulum_native.gin', '--logdir=run', cwd=cwd,
+                           env=dict(os.environ, BATCHPPO_XLA_CACHE_DIR=f'{blocker}/xla'))
+        self.assert_fails(result, 'train: error: BATCHPPO_XLA_CACHE_DIR: cannot use '
+                          f'{blocker}/xla as the XLA compilation cache')
+        self.assertEqual(os.listdir(cwd), [])
+
     def assert_fails(self, result, message):
         self.assertNotEqual(result.returncode, 0)
         self.assertIn(message, result.stderr)
