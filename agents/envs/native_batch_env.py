@@ -104,6 +104,10 @@ class NativeBatchEnv(tf.Module):
             # the value of `seed_next_reset`, if it was called).
             self.resets = tf.Variable(
                 tf.constant(0, tf.int64), trainable=False, name='resets')
+            # The first half: a variable, not a constant of the graph, so that the compiled
+            # programs of runs that differ only in their seed are the same (one XLA cache entry).
+            self.seed = tf.Variable(tf.constant(self._seed, tf.int64), trainable=False,
+                                    name='seed')
 
     def __len__(self):
         return self._num_envs
@@ -167,7 +171,7 @@ class NativeBatchEnv(tf.Module):
             raise ValueError(
                 f'reset mask must be a bool vector of {self._num_envs} entries, got '
                 f'{mask.dtype.name} of shape {mask.shape}')
-        seed = tf.stack([tf.constant(self._seed, tf.int64), self.resets.read_value()])
+        seed = tf.stack([self.seed.read_value(), self.resets.read_value()])
         self.resets.assign_add(1)
         self._set(mask, self.env.sample_initial_state(self._num_envs, seed))
         return self.observ.read_value()

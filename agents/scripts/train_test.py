@@ -152,6 +152,11 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertEqual(metric_steps(logdir), [256, 512])
         # The same programs again: their entries have the same names (they would be loaded).
         self.assertEqual(sorted(set(os.listdir(cache)) - {moved}), entries)
+        # Another seed runs the same programs: loaded, not compiled and written again.
+        other = run_train(*command[:1], '--logdir=other', *command[2:], '--seed=1',
+                          '--stop_at_step=256', cwd=cwd, env=env)
+        self.assertEqual(other.returncode, 0, other.stderr[-3000:])
+        self.assertEqual(sorted(set(os.listdir(cache)) - {moved}), entries)
 
     def test_unusable_xla_cache_dir(self):
         cwd = self.create_tempdir().full_path
