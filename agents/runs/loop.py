@@ -559,7 +559,9 @@ class TrainingRun:
             records = recovery.repair_metrics(
                 os.path.join(self._logdir, METRICS_FILE), start_steps)
         latest = self._complete_last_save(start_steps, records, stop_at_step)
-        if self._native_eval and latest is None:
+        # The budget, or the stop short of it (whole iterations, as the budget).
+        target = min(self._total_steps, stop_at_step or self._total_steps)
+        if self._native_eval and latest is None and start_steps < target:
             # The evaluation program compiles (on the second core) while the first iteration
             # does: its first run, on the current weights, touches only the evaluation
             # environments and draws no random numbers; every evaluation reseeds and resets them.
@@ -568,8 +570,6 @@ class TrainingRun:
             self.check()
             self._eval_warmup = self._export_thread.submit(
                 self._eval_rollout, tf.constant(True))
-        # The budget, or the stop short of it (whole iterations, as the budget).
-        target = min(self._total_steps, stop_at_step or self._total_steps)
         start_time = time.time()
         start_wall = float(self.wall_time)
         train_seconds = 0.0
@@ -595,8 +595,8 @@ class TrainingRun:
             steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
             with self._writing(f'the summaries in {self._logdir}'):
                 for index, iteration in enumerate(iterations):
-                    with self._writer.as_default(
-                            step=previous_steps + (index + 1) * self._steps_per_iteration):
+                    with self._writer.as_default(step=steps - (len(iterations) - 1 - index)
+                                                 * self._steps_per_iteration):
                         for name, value in iteration.metrics.items():
                             tf.summary.scalar(f'train/{name}', value)
                         if iteration.episodes:
@@ -773,7 +773,9 @@ class TrainingRun:
         """One compiled call of up to `count` iterations, redone on fresh environments if they
         fail (see `on_env_failure`; Gymnasium runs one iteration per call); returns each
         iteration run as a namespace of its metrics (none for a dropped batch) and its training
-        episodes' count, summed return and summed length."""
+        episodes' count, summed return and summed length. After a failed call, whose iterations
+        before the failure stand (their statistics lost), the retry runs the rest."""
+        start = int(self.env_steps)
         while True:
             self._check_signals()  # Also before a retry on rebuilt environments.
             # Native environments have no vector env: they run no code that could crash.
@@ -803,6 +805,8 @@ class TrainingRun:
                 else:
                     raise
             reset = True
+            count -= (int(self.env_steps) - start) // self._steps_per_iteration
+            start = int(self.env_steps)
         stats = {name: values.numpy() for name, values in outputs.pop('stats').items()}
         iterations = []
         for index in range(int(outputs['ran'])):

@@ -509,9 +509,12 @@ class StubAlgorithm(algorithm.Algorithm):
         return action, {'seen': tf.ones_like(reset_mask)}, state
 
     def update(self, batch):
-        self.updates.assign_add(1)
+        # As a real update, after its batch: the counters have no other tie to the rollout,
+        # and graph mode would run them beside a rollout that fails.
+        with tf.control_dependencies(tf.nest.flatten(batch)):
+            self.updates.assign_add(1)
+            failing = tf.equal(self.calls.assign_add(1), self.FAIL_AT_UPDATE or -1)
         self.mean_reward.assign(tf.reduce_mean(tf.cast(batch['reward'], tf.float32)))
-        failing = tf.equal(self.calls.assign_add(1), self.FAIL_AT_UPDATE or -1)
         seen = tf.reduce_all(batch['extras']['seen'])  # What `act` returned, stacked.
         return {'mean_reward': self.mean_reward.read_value(),
                 'all_seen': tf.cast(seen, tf.float32),
@@ -533,6 +536,21 @@ class FailingStubAlgorithm(StubAlgorithm):
 
 class FailingLaterStubAlgorithm(StubAlgorithm):
     FAIL_AT_UPDATE = 4
+
+
+class NanActionStubAlgorithm(StubAlgorithm):
+    """Acts with a NaN action once: at the 101st sampling act (in the fourth iteration of 32
+    steps), which the environments refuse."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.acts = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def act(self, observ, state, reset_mask, greedy=False):
+        action, extras, state = super().act(observ, state, reset_mask, greedy)
+        if not greedy:
+            action = tf.where(tf.equal(self.acts.assign_add(1), 101), np.nan, action)
+        return action, extras, state
 
 
 STUB_RUN = dict(env_id='Pendulum-v1', num_envs=2, rollout_length=32, env_mode='in_process',
@@ -619,6 +637,23 @@ class StubAlgorithmTest(absltest.TestCase):
         rewards = _summaries(logdir, steps=True)['train/mean_reward']
         self.assertEqual([step for step, _ in rewards], [64, 128, 192, 320, 384, 448, 512])
         self.assertEqual(_summaries(logdir, steps=True)['train/skipped_batches'], [(256, 1.0)])
+
+    def test_a_failed_call_is_retried_for_its_remaining_iterations(self):
+        # The third call (6 iterations up to the evaluation at 512) fails in its second
+        # iteration; its first stands and the retry runs the other 5.
+        logdir = self.create_tempdir().full_path
+        native = dict(STUB_RUN, env_backend='native', eval_every_steps=512, total_steps=512,
+                      on_nonfinite='skip', jit_compile=False)  # The environments' checks on.
+        with mock.patch.object(loop, 'CALL_SECONDS', 1e6), loop.training_run(
+                logdir, algorithm=NanActionStubAlgorithm, **native) as run:
+            calls = count_calls(run)
+            run.run()
+        self.assertEqual(calls, [(1, 1), (1, 1), (5, 5)])  # The failed call raised.
+        self.assertEqual([record['step'] for record in read_metrics(logdir)], [512])
+        self.assertEqual(self._updates(logdir, 512), 8)
+        self.assertEqual(run.skipped_batches, 1)
+        rewards = _summaries(logdir, steps=True)['train/mean_reward']
+        self.assertEqual([step for step, _ in rewards], [64, 128, *range(256, 513, 64)])
 
     def test_something_else_than_an_algorithm_is_refused(self):
         for value in (networks.FeedForwardValue, 'PPO', None):
