@@ -699,8 +699,9 @@ class TrainingRun:
             stats, report = iteration(reset)
             return dict(report, ran=tf.constant(1),
                         stats={name: value[None] for name, value in stats.items()})
-        # The loop's variables need the outputs' structure, which a trace that is never run
-        # tells (the body is traced once more in the loop: XLA compiles each copy of it).
+        # The loop's variables need the outputs' structure, which a trace of the body tells;
+        # that trace is never run (running the first iteration outside the loop instead made
+        # XLA compile the body twice).
         stats, report = tf.function(iteration, autograph=False).get_concrete_function(
             tf.TensorSpec([], tf.bool)).structured_outputs
         stacked = {name: tf.zeros([size], value.dtype) for name, value in stats.items()}
