@@ -583,8 +583,9 @@ class TrainingRun:
             began = time.time()
             previous_steps = int(self.env_steps)
             count = self._call_size(previous_steps, target, seconds_per_iteration)
-            self._heartbeat.phase('the first iteration (tracing and compiling)'
-                                  if first_iteration else 'training')
+            self._heartbeat.phase(
+                'the first iteration (tracing and compiling)' if first_iteration
+                else 'an iteration' if count == 1 else f'a call of {count} iterations')
             # New episodes everywhere, unless the checkpoint held those in flight.
             iterations = self._iterations(first_iteration and not self.episodes_restored, count)
             seconds = time.time() - began
