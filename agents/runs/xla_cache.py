@@ -44,6 +44,10 @@ def enable(directory, max_bytes=MAX_BYTES):
     entries beyond `max_bytes`. Raises CacheError if the directory cannot be used."""
     global _directory
     directory = os.path.abspath(os.path.expanduser(directory))
+    flags = os.environ.get('TF_XLA_FLAGS', '')
+    if _FLAG in flags:
+        raise CacheError(f'TF_XLA_FLAGS sets {_FLAG} already; unset it or pass the same '
+                         'directory as the cache')
     try:
         os.makedirs(directory, exist_ok=True)
         if not os.access(directory, os.W_OK | os.X_OK):
@@ -52,10 +56,6 @@ def enable(directory, max_bytes=MAX_BYTES):
     except OSError as error:
         raise CacheError(f'cannot use {directory} as the XLA compilation cache: '
                          f'{error.strerror or error}') from error
-    flags = os.environ.get('TF_XLA_FLAGS', '')
-    if _FLAG in flags:
-        raise CacheError(f'TF_XLA_FLAGS sets {_FLAG} already; unset it or pass the same '
-                         'directory as the cache')
     os.environ['TF_XLA_FLAGS'] = f'{flags} {_FLAG}={directory}'.strip()
     _directory = directory
 

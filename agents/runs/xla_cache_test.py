@@ -72,9 +72,11 @@ class XlaCacheTest(absltest.TestCase):
 
     def test_a_cache_set_in_the_environment_already_is_refused(self):
         os.environ['TF_XLA_FLAGS'] = '--tf_xla_persistent_cache_directory=/elsewhere'
+        directory = os.path.join(self.create_tempdir().full_path, 'xla')
         with self.assertRaisesRegex(xla_cache.CacheError, 'TF_XLA_FLAGS sets '
                                     '--tf_xla_persistent_cache_directory already'):
-            xla_cache.enable(self.create_tempdir().full_path)
+            xla_cache.enable(directory)
+        self.assertFalse(os.path.exists(directory))  # Refused before anything is made.
 
     def test_damaged_recognizes_tensorflows_load_failures_only_with_a_cache(self):
         messages = (
