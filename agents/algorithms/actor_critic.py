@@ -67,6 +67,7 @@ class ActorCritic(algorithm.Algorithm):
         self._learning_rate = learning_rate
         self._lr_anneal_updates = lr_anneal_updates
         self._max_grad_norm = max_grad_norm
+        self.jit_compile = bool(jit_compile)  # Of the update.
         self._normalize_observ = normalize_observ
         self._scale_reward = scale_reward
         self.policy = policy_network(

@@ -19,16 +19,17 @@ def generalized_advantage_estimation(reward, value, next_value, terminated, trun
       truncated: bool, the episode was cut at step t (e.g. time limit) although it could go on.
       discount: gamma.
       gae_lambda: lambda, trading bias (0: one-step TD) for variance (1: Monte-Carlo).
+        Both may be tensors that broadcast against one step (e.g. `[K, 1]` for the K members
+        of a population, rewards `[T, K, N]`); only Python numbers are range-checked here.
 
     The recursion `A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}` with
     `delta_t = r_t + gamma * (1 - terminated_t) * next_value_t - value_t` stops at every episode
     end, so advantages never leak across episodes. `return_ = advantage + value` is the value
     target.
     """
-    if not 0.0 <= discount <= 1.0:
-        raise ValueError(f'discount must lie in [0, 1], got {discount}.')
-    if not 0.0 <= gae_lambda <= 1.0:
-        raise ValueError(f'gae_lambda must lie in [0, 1], got {gae_lambda}.')
+    for name, factor in (('discount', discount), ('gae_lambda', gae_lambda)):
+        if isinstance(factor, int | float) and not 0.0 <= factor <= 1.0:
+            raise ValueError(f'{name} must lie in [0, 1], got {factor}.')
     reward = tf.convert_to_tensor(reward, tf.float32)
     tensors = {
         'value': tf.convert_to_tensor(value, tf.float32),
