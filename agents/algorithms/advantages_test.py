@@ -43,6 +43,26 @@ class GeneralizedAdvantageEstimationTest(parameterized.TestCase):
         np.testing.assert_allclose(advantage.numpy(), expected_advantage, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(return_.numpy(), expected_return, rtol=1e-5, atol=1e-5)
 
+    def test_discount_and_lambda_per_member(self):
+        # [T, K, N] with a [K, 1] discount and lambda: each member as if computed alone.
+        rng = np.random.default_rng(7)
+        shape = (30, 3, 4)
+        reward, value, next_value = (rng.normal(size=shape).astype(np.float32) for _ in range(3))
+        terminated = rng.uniform(size=shape) < 0.1
+        truncated = (rng.uniform(size=shape) < 0.1) & ~terminated
+        discounts, lambdas = [0.99, 0.9, 0.5], [0.95, 1.0, 0.0]
+        advantage, return_ = advantages.generalized_advantage_estimation(
+            reward, value, next_value, terminated, truncated,
+            tf.constant(discounts)[:, None], tf.constant(lambdas)[:, None])
+        for member, (discount, gae_lambda) in enumerate(zip(discounts, lambdas, strict=True)):
+            expected_advantage, expected_return = reference_gae(
+                *(array[:, member] for array in (reward, value, next_value, terminated,
+                                                 truncated)), discount, gae_lambda)
+            np.testing.assert_allclose(advantage.numpy()[:, member], expected_advantage,
+                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(return_.numpy()[:, member], expected_return,
+                                       rtol=1e-5, atol=1e-5)
+
     def test_truncation_bootstraps_from_final_value_and_termination_does_not(self):
         # Two one-step episodes that differ only in how they ended.
         reward = [[1.0, 1.0]]

@@ -62,7 +62,9 @@ class NativeBatchEnv(tf.Module):
           num_envs: positive number of environments.
           seed: int; start states come from the stateless RNG with seeds (seed, reset count),
             so the same seed and actions give the same trajectories (`seed_next_reset` sets
-            the count).
+            the count). A list of K ints makes K equal blocks of environments (a population's
+            members), block k drawing its start states as `num_envs / K` environments of seed
+            k would: with its own seed and its own reset count.
           wrappers: names among `WRAPPERS`, innermost first, as in `wrappers.apply_wrappers`.
           check_inputs: check in the graph that stepped environments are running, actions are
             finite (and in range for discrete actions) and reset indices exist. The checks cost
@@ -74,11 +76,18 @@ class NativeBatchEnv(tf.Module):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs < 1:
             raise ValueError(f'num_envs must be a positive integer, got {num_envs!r}')
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f'seed must be an integer, got {seed!r}')
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed]
+        if not seeds or any(isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                            for value in seeds):
+            raise TypeError(f'seed must be an integer or a list of integers, got {seed!r}')
+        if num_envs % len(seeds):
+            raise ValueError(f'{num_envs} environments do not split into {len(seeds)} blocks '
+                             'of equal size (one per seed)')
         self.env = env
         self._num_envs = int(num_envs)
-        self._seed = int(seed)
+        # Blocks of environments with a seed each; a plain int seed keeps scalar variables.
+        self._blocks = len(seeds) if isinstance(seed, (list, tuple)) else None
+        seed = [int(value) for value in seeds] if self._blocks else int(seed)
         self._check_inputs = bool(check_inputs)
         (self.observation_space, self.action_space, self._transform_observ,
          self._transform_action) = _apply_wrappers(env, wrappers)
@@ -103,11 +112,11 @@ class NativeBatchEnv(tf.Module):
             # The second half of the RNG seed of the next reset: counts the reset calls (from
             # the value of `seed_next_reset`, if it was called).
             self.resets = tf.Variable(
-                tf.constant(0, tf.int64), trainable=False, name='resets')
+                tf.zeros([self._blocks] if self._blocks else [], tf.int64), trainable=False,
+                name='resets')
             # The first half: a variable, not a constant of the graph, so that the compiled
             # programs of runs that differ only in their seed are the same (one XLA cache entry).
-            self.seed = tf.Variable(tf.constant(self._seed, tf.int64), trainable=False,
-                                    name='seed')
+            self.seed = tf.Variable(tf.constant(seed, tf.int64), trainable=False, name='seed')
 
     def __len__(self):
         return self._num_envs
@@ -171,24 +180,38 @@ class NativeBatchEnv(tf.Module):
             raise ValueError(
                 f'reset mask must be a bool vector of {self._num_envs} entries, got '
                 f'{mask.dtype.name} of shape {mask.shape}')
-        seed = tf.stack([self.seed.read_value(), self.resets.read_value()])
-        self.resets.assign_add(1)
-        self._set(mask, self.env.sample_initial_state(self._num_envs, seed))
+        seed, resets = self.seed.read_value(), self.resets.read_value()
+        self.resets.assign_add(tf.ones_like(resets))
+        if self._blocks:
+            size = self._num_envs // self._blocks
+            state = tf.concat([
+                self.env.sample_initial_state(size, tf.stack([seed[block], resets[block]]))
+                for block in range(self._blocks)], 0)
+        else:
+            state = self.env.sample_initial_state(self._num_envs, tf.stack([seed, resets]))
+        self._set(mask, state)
         return self.observ.read_value()
 
     def seed_next_reset(self, seed):
         """Restarts the stream of reset seeds: the next reset draws its start states with the
         stateless seed (seed of the constructor, `seed`), the one after it with (..., `seed` + 1),
-        and so on (`seed`: a non-negative integer below 2**62).
+        and so on (`seed`: a non-negative integer below 2**62, or a list of one per block).
 
         E.g. an evaluation that reseeds its environments before its first reset depends on the
         seed and the policy alone, not on the evaluations before it.
         """
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f'seed must be an integer, got {seed!r}')
-        if not 0 <= seed < 2**62:
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed]
+        if any(isinstance(value, bool) or not isinstance(value, (int, np.integer))
+               for value in seeds):
+            raise TypeError(f'seed must be an integer or a list of integers, got {seed!r}')
+        if any(not 0 <= value < 2**62 for value in seeds):
             raise ValueError(f'seed must be in [0, 2**62), got {seed}')
-        self.resets.assign(int(seed))
+        if len(seeds) > 1 and len(seeds) != self._blocks:
+            raise ValueError(f'{len(seeds)} seeds for {self._blocks or 1} blocks of environments')
+        self.resets.assign(tf.broadcast_to(tf.constant(seeds, tf.int64)
+                                           if self._blocks and len(seeds) > 1
+                                           else tf.constant(seeds[0], tf.int64),
+                                           self.resets.shape))
 
     def set_state(self, state, indices=None, elapsed=0):
         """Puts the environments at `indices` (all if None) into the physical `state`.

@@ -86,6 +86,37 @@ class NativeBatchEnvTest(parameterized.TestCase):
             with self.assertRaises(error):
                 first.seed_next_reset(seed)
 
+    def test_blocks_of_a_population_follow_their_own_seeds(self):
+        blocks = _pendulum_env(6, seed=[3, 7])
+        alone = [_pendulum_env(3, seed=3), _pendulum_env(3, seed=7)]
+
+        def assert_blocks_match():
+            np.testing.assert_array_equal(
+                blocks.state.numpy(), np.concatenate([env.state.numpy() for env in alone]))
+
+        for env in (blocks, *alone):
+            env.reset()
+        assert_blocks_match()
+        for env, mask in ((blocks, [False, True, False, True, False, False]),
+                          (alone[0], [False, True, False]), (alone[1], [True, False, False])):
+            env.reset_mask(mask)
+        assert_blocks_match()
+        blocks.seed_next_reset([11, 2**40])
+        alone[0].seed_next_reset(11)
+        alone[1].seed_next_reset(2**40)
+        for env in (blocks, *alone):
+            env.reset()
+        assert_blocks_match()
+        np.testing.assert_array_equal(blocks.resets.numpy(), [12, 2**40 + 1])
+        blocks.seed_next_reset(5)  # One value for every block.
+        np.testing.assert_array_equal(blocks.resets.numpy(), [5, 5])
+        with self.assertRaisesRegex(ValueError, '3 seeds for 2 blocks'):
+            blocks.seed_next_reset([1, 2, 3])
+        with self.assertRaisesRegex(ValueError, 'do not split into 4 blocks'):
+            _pendulum_env(6, seed=[1, 2, 3, 4])
+        with self.assertRaisesRegex(TypeError, 'list of integers'):
+            _pendulum_env(6, seed=[1, 2.5])
+
     def test_reset_mask_equals_reset_indices(self):
         first, second = _pendulum_env(4, seed=1), _pendulum_env(4, seed=1)
         first.reset([1, 3])

@@ -186,7 +186,8 @@ class PPOPopulation(algorithm.Algorithm):
         extra = values.shape.rank - mean.shape.rank
 
         def per_member(statistic):
-            return tf.reshape(statistic, [self.num_members] + [1] * extra + list(statistic.shape[1:]))
+            return tf.reshape(statistic,
+                              [self.num_members] + [1] * extra + list(statistic.shape[1:]))
 
         count = _per_member(count, values)
         ready = count > 1.0
