@@ -34,7 +34,9 @@ class Environments:
     """The training and evaluation environments of a run (a context that closes them).
 
     `rebuild_training()` makes fresh training environments (Gymnasium backend; None for the
-    native one, whose environments run no code that could crash).
+    native one, whose environments run no code that could crash). A list of K seeds (native
+    backend) makes K blocks of `num_envs` training and `eval_episodes` evaluation environments,
+    one per member of a population, each seeded as a lone run of its seed.
     """
 
     def __init__(self, env_id, backend, num_envs, eval_episodes, seed, env_kwargs=None,
@@ -149,11 +151,14 @@ def _native_envs(env_id, env_kwargs, wrappers, num_envs, eval_episodes, dtype, c
     if env_kwargs:
         raise run_config.ConfigError(
             f'train.env_kwargs = {env_kwargs!r}: native environments take no keyword arguments')
+    blocks = len(seed) if isinstance(seed, list) else 1
+    eval_seed = ([value + EVAL_SEED_OFFSET for value in seed] if isinstance(seed, list)
+                 else seed + EVAL_SEED_OFFSET)
     try:
-        train_env = envs.make(env_id, num_envs, seed=seed, wrappers=tuple(wrappers),
+        train_env = envs.make(env_id, num_envs * blocks, seed=seed, wrappers=tuple(wrappers),
                               dtype=getattr(tf, dtype), check_inputs=check_inputs)
         # Float64 physics: evaluations agree with Gymnasium's environment to 1e-5.
-        eval_env = envs.make(env_id, eval_episodes, seed=seed + EVAL_SEED_OFFSET,
+        eval_env = envs.make(env_id, eval_episodes * blocks, seed=eval_seed,
                              wrappers=tuple(wrappers), dtype=tf.float64,
                              check_inputs=check_inputs)
     except (ValueError, TypeError) as error:

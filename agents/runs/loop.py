@@ -45,6 +45,7 @@ state:
 
 import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import re
@@ -61,6 +62,7 @@ from absl import logging
 from tensorflow.python import pywrap_tfe
 
 from agents.algorithms import algorithm as algorithm_lib
+from agents.algorithms import registry
 from agents.runs import (
     environments,
     policy_export,
@@ -98,6 +100,11 @@ ROLLOUT_CHECKPOINT_KEY = 'rollout'
 # A compiled call of several iterations ends after about this many seconds (see
 # `train.iterations_per_call`), so that a stop signal or a progress line waits no longer.
 CALL_SECONDS = 1.0
+# A lone run of at most this many environments compiles without XLA by default (measured at
+# 16: XLA's compilation delays the first returns more than it speeds the iterations).
+SMALL_RUN_ENVS = 64
+# The binding that makes a population, which its members' configurations do not have.
+POPULATION_BINDING = 'train.population'
 # Steps of the evaluation environments per compiled call (Gymnasium backend).
 _EVAL_CHUNK = 100
 
@@ -167,6 +174,7 @@ def training_run(logdir,
           max_env_restarts=3,
           on_nonfinite='stop',
           iterations_per_call=None,
+          population=1,
           seed=0):
     """Builds the environments, the algorithm and the `TrainingRun` of `algorithm` on `env_id`.
 
@@ -190,7 +198,9 @@ def training_run(logdir,
       native_dtype: 'float64' or 'float32', the physics dtype of the native training
         environments (float32 is faster; evaluation always runs float64, Gymnasium-exact).
       jit_compile: compile iterations and evaluations with XLA; None: for the native backend
-        (the Gymnasium backend calls Python in the graph, which XLA cannot compile).
+        (the Gymnasium backend calls Python in the graph, which XLA cannot compile), but not for
+        a lone run of at most `SMALL_RUN_ENVS` environments, whose first returns come sooner
+        without XLA's compilation (measured: benchmarks/README.md).
       optimize_graphs: run TensorFlow's graph optimizer (Grappler) on the compiled functions;
         None: for the Gymnasium backend only, where it measured faster (on the native one it
         only lengthened the first iteration; benchmarks/README.md, "Tracing and graph
@@ -220,11 +230,17 @@ def training_run(logdir,
         first calls are timed) much longer than `CALL_SECONDS`, so that signals and progress
         lines are not held up. None: as many as fit. The iterations and their results are the
         same whatever the value; fewer, longer calls leave Python less to do.
+      population: K > 1 trains K independent agents of seeds `seed`, ..., `seed` + K - 1 in
+        one program (native backend, an algorithm of `registry.POPULATIONS`), each on its own
+        `num_envs` environments and with its own `eval_episodes`; each member's run is an
+        ordinary run in `<logdir>/member-<k>/` (its configuration: this one with its seed), and
+        `total_steps` is each member's budget.
       seed: seeds environments, network initialization and sampling.
     """
     _check_algorithm(algorithm)
     environments.check_env_id(env_id)
     for name, value in (('total_steps', total_steps), ('num_envs', num_envs),
+                        ('population', population),
                         ('rollout_length', rollout_length), ('eval_every_steps', eval_every_steps),
                         ('eval_episodes', eval_episodes),
                         ('checkpoints_to_keep', checkpoints_to_keep)):
@@ -250,8 +266,17 @@ def training_run(logdir,
     steps_per_iteration = num_envs * rollout_length
     num_iterations = -(-total_steps // steps_per_iteration)
     native = env_backend == 'native'
+    if population > 1 and not native:
+        raise run_config.ConfigError(
+            'train.population > 1 needs train.env_backend = \'native\': a population is one '
+            'compiled program, environments included')
+    if population > 1:
+        try:
+            population_class = registry.population_class(algorithm)
+        except ValueError as error:
+            raise run_config.ConfigError(f'train.population = {population}: {error}') from None
     if jit_compile is None:
-        jit_compile = native
+        jit_compile = native and (population > 1 or num_envs > SMALL_RUN_ENVS)
     if jit_compile and not native:
         raise run_config.ConfigError(
             'train.jit_compile = True needs train.env_backend = \'native\': Gymnasium '
@@ -270,19 +295,33 @@ def training_run(logdir,
     if optimize_graphs is None:
         optimize_graphs = not native
     tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': not optimize_graphs})
+    seeds = [seed + member for member in range(population)] if population > 1 else seed
     with environments.Environments(
-            env_id, env_backend, num_envs, eval_episodes, seed, env_kwargs=env_kwargs,
+            env_id, env_backend, num_envs, eval_episodes, seeds, env_kwargs=env_kwargs,
             wrappers=wrappers, mode=env_mode, num_workers=num_workers, native_dtype=native_dtype,
             check_inputs=not jit_compile) as envs:
-        agent = build_algorithm(
-            algorithm, envs.training.observation_space, envs.training.action_space, num_envs,
-            seed, lr_anneal_updates=num_iterations if anneal_learning_rate else None)
+        make_agent = functools.partial(
+            build_algorithm, algorithm, envs.training.observation_space,
+            envs.training.action_space, num_envs,
+            lr_anneal_updates=num_iterations if anneal_learning_rate else None)
+        member_bindings = None
+        if population > 1:
+            try:
+                agent = population_class(
+                    make_member=make_agent, members=[{'seed': value} for value in seeds])
+            except ValueError as error:
+                raise run_config.ConfigError(
+                    f'train.population = {population}: {error}') from error
+            member_bindings = [{'train.seed': value} for value in seeds]
+        else:
+            agent = make_agent(seed=seed)
         yield TrainingRun(logdir, agent, envs.training, envs.evaluation, rollout_length,
                           total_steps, eval_every_steps, checkpoints_to_keep, log_every_secs,
                           make_train_env=envs.make_training, on_env_failure=on_env_failure,
                           max_env_restarts=max_env_restarts, on_nonfinite=on_nonfinite,
-                          seed=seed, jit_compile=jit_compile,
-                          iterations_per_call=iterations_per_call)
+                          seed=seeds, jit_compile=jit_compile,
+                          iterations_per_call=iterations_per_call,
+                          member_bindings=member_bindings)
 
 
 def _is_int(value):
@@ -327,13 +366,14 @@ def _check_algorithm(algorithm):
 
 
 def build_algorithm(algorithm, observation_space, action_space, num_envs, seed,
-                    lr_anneal_updates=None):
-    """The algorithm (configured by its own gin bindings) for these spaces."""
+                    lr_anneal_updates=None, **hyperparameters):
+    """The algorithm (configured by its own gin bindings, but for `hyperparameters`, e.g. a
+    population member's) for these spaces."""
     try:
         agent = algorithm(
             observ_shape=observation_space.shape,
             action_size=environments.action_size(action_space), num_envs=num_envs, seed=seed,
-            lr_anneal_updates=lr_anneal_updates)
+            lr_anneal_updates=lr_anneal_updates, **hyperparameters)
     except (ValueError, TypeError) as error:
         name = getattr(algorithm, '__name__', 'the algorithm')
         raise run_config.ConfigError(f'cannot build the {name} agent: {error}') from error
@@ -356,13 +396,20 @@ class TrainingRun:
     def __init__(self, logdir, agent, train_env, eval_env, rollout_length, total_steps,
                  eval_every_steps, checkpoints_to_keep, log_every_secs, make_train_env=None,
                  on_env_failure='restart', max_env_restarts=3, on_nonfinite='stop', seed=0,
-                 jit_compile=False, iterations_per_call=1):
+                 jit_compile=False, iterations_per_call=1, member_bindings=None):
+        """`agent` may be a population (an algorithm with `members`, e.g. PPOPopulation): then
+        `train_env` and `eval_env` hold a block of environments per member, `seed` is the list of
+        the members' seeds, and `member_bindings` the gin bindings ({'train.seed': ...}) that
+        make a member's configuration from the population's."""
         self._logdir = logdir
         self._agent = agent
+        self._population = getattr(agent, 'members', None) is not None
         self._train_env = train_env
         self._eval_env = eval_env
         self._rollout_length = rollout_length
-        self._steps_per_iteration = len(train_env) * rollout_length
+        self._num_members = len(agent.members) if self._population else 1
+        # A member's steps: each member counts its own, as a lone run of its seed would.
+        self._steps_per_iteration = len(train_env) // self._num_members * rollout_length
         self._total_steps = total_steps
         self._eval_every_steps = eval_every_steps
         self._checkpoints_to_keep = checkpoints_to_keep
@@ -397,21 +444,28 @@ class TrainingRun:
             0.0, dtype=tf.float64, trainable=False, name='steps_per_sec')
         saved = dict(agent=agent, env_steps=self.env_steps, wall_time=self.wall_time,
                      steps_per_sec=self.steps_per_sec)
-        if getattr(train_env, 'state_in_variables', False):
+        if self._population:
+            # Each member's directory is an ordinary run: its checkpoint holds the member as
+            # a lone agent (`to_members` copies the population's state there before a save).
+            # The training episodes in flight are not saved: a resumed population starts new
+            # ones.
+            self._runs = [
+                _RunDirectory(os.path.join(logdir, run_dir.MEMBER_DIR.format(index)), member,
+                              seed[index], tf.train.Checkpoint(**dict(saved, agent=member)),
+                              run_dir.MEMBER_DIR.format(index), member_bindings[index])
+                for index, member in enumerate(agent.members)]
+        elif getattr(train_env, 'state_in_variables', False):
             # The training episodes in flight (native environments), which a resumed run
             # continues: the environments, the episode statistics, the policy state.
             saved[ROLLOUT_CHECKPOINT_KEY] = tf.train.Checkpoint(
                 env=train_env, episode_score=self._train_sim.score,
                 episode_length=self._train_sim.length,
                 agent=tf.train.Checkpoint(**train_agent.state_variables()))
-        self.checkpoint = tf.train.Checkpoint(**saved)
+        if not self._population:
+            self._runs = [_RunDirectory(logdir, agent, seed, tf.train.Checkpoint(**saved))]
         # Whether the restored checkpoint held the episodes in flight (see `restore`).
         self.episodes_restored = False
-        self._checkpoint_dir = os.path.join(logdir, CHECKPOINT_DIR)
-        self._policy_dir = os.path.join(logdir, policy_export.POLICY_DIR)
-        self._manager = None  # Made by `restore`, once the checkpoints are recovered.
-        self._writer = None  # Made by `run`: nothing is written before.
-        self._policy_exporter = None
+        self._restored = False
         self._export_thread = None  # An executor while `run` runs.
         self._eval_warmup = None  # The future of the evaluation compiled ahead (see `_run`).
         self._pending_export = None  # (what, future) of the export being written.
@@ -434,6 +488,11 @@ class TrainingRun:
         self._float_variables = [variable for variable in self._variables
                                  if variable.dtype.is_floating]
 
+    @property
+    def checkpoint(self):
+        """The checkpoint of a lone run (a population's members have one each)."""
+        return self._runs[0].checkpoint
+
     def check(self):
         """Traces the compiled iteration and evaluation, so that mistakes which only show in the
         graph (shapes, dtypes, minibatch sizes) surface as a ConfigError before anything is
@@ -452,42 +511,75 @@ class TrainingRun:
 
         `episodes_restored` tells whether it held the training episodes in flight (native
         backend), which the next iteration then continues; otherwise it resets every training
-        environment.
+        environment. A population restores each member's checkpoint of the newest step that
+        every member has (the path returned is the first member's).
 
         Broken checkpoints are moved aside with a warning (see recovery.py); if checkpoints
         exist but none reads back, raises TrainingError and changes nothing.
         """
-        if self._manager is not None:
-            return self._manager.latest_checkpoint
-        try:
-            recovered = recovery.recover_checkpoints(self._checkpoint_dir)
-        except recovery.RecoveryError as error:
-            raise TrainingError(str(error)) from error
-        except OSError as error:
-            raise WriteError(f'cannot recover the checkpoints in {self._checkpoint_dir}: '
-                             f'{error.filename}: {error.strerror}') from error
-        for path, problem in recovered.corrupt:
-            logging.warning('Checkpoint %s does not read back (%s); moved to %s/.', path,
-                            problem, os.path.join(self._checkpoint_dir, recovery.CORRUPT_DIR))
-        self._manager = tf.train.CheckpointManager(
-            self.checkpoint, self._checkpoint_dir, max_to_keep=self._checkpoints_to_keep)
-        path = self._manager.latest_checkpoint
-        if path:
+        if self._restored:
+            return self._runs[0].manager.latest_checkpoint
+        for run in self._runs:
             try:
-                self.checkpoint.restore(path)
+                recovered = recovery.recover_checkpoints(run.checkpoint_dir)
+            except recovery.RecoveryError as error:
+                raise TrainingError(str(error)) from error
+            except OSError as error:
+                raise WriteError(f'cannot recover the checkpoints in {run.checkpoint_dir}: '
+                                 f'{error.filename}: {error.strerror}') from error
+            for path, problem in recovered.corrupt:
+                logging.warning('Checkpoint %s does not read back (%s); moved to %s/.', path,
+                                problem, os.path.join(run.checkpoint_dir, recovery.CORRUPT_DIR))
+            run.corrupt = bool(recovered.corrupt)
+            run.manager = tf.train.CheckpointManager(
+                run.checkpoint, run.checkpoint_dir, max_to_keep=self._checkpoints_to_keep)
+        paths = self._common_checkpoints()
+        for run, path in zip(self._runs, paths, strict=True):
+            if not path:
+                continue
+            try:
+                run.checkpoint.restore(path)
                 self.episodes_restored = (
-                    hasattr(self.checkpoint, ROLLOUT_CHECKPOINT_KEY) and any(
+                    hasattr(run.checkpoint, ROLLOUT_CHECKPOINT_KEY) and any(
                         name.startswith(ROLLOUT_CHECKPOINT_KEY + '/') for name in
                         tf.train.load_checkpoint(path).get_variable_to_shape_map()))
             except (tf.errors.OpError, ValueError, AssertionError) as error:
                 raise TrainingError(f'cannot restore checkpoint {path}: '
                                     f'{run_config.first_line(error)}') from error
-            if recovered.corrupt:
+            if run.corrupt:
                 logging.warning('Resumed from %s at step %d: the newest checkpoint that reads '
                                 'back.', path, int(self.env_steps))
             else:
                 logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
-        return path
+        if self._population and paths[0]:
+            self._agent.from_members()
+        self._restored = True
+        return paths[0]
+
+    def _common_checkpoints(self):
+        """The checkpoint each run directory restores: its latest, or for a population the
+        newest step every member kept (members save one after the other, so a killed run may
+        have saved some members' last step only)."""
+        if not self._population:
+            return [self._runs[0].manager.latest_checkpoint]
+        by_step = [{recovery.checkpoint_step(path): path for path in run.manager.checkpoints}
+                   for run in self._runs]
+        common = set.intersection(*(set(steps) for steps in by_step))
+        if not common:
+            if any(by_step):
+                kept = ', '.join(f'{run.name}: {sorted(steps)}' for run, steps in zip(
+                    self._runs, by_step, strict=True))
+                raise TrainingError(
+                    f'the members of the population in {self._logdir} have no checkpoint of '
+                    f'the same step ({kept}); the population cannot resume')
+            return [None] * len(self._runs)
+        step = max(common)
+        for run, steps in zip(self._runs, by_step, strict=True):
+            if max(steps) > step:
+                logging.warning('%s has checkpoints past step %d, the newest every member has '
+                                '(a save was interrupted); the population resumes from %d.',
+                                run.logdir, step, step)
+        return [steps[step] for steps in by_step]
 
     def run(self, after_save=None, signals=None, stop_at_step=None):
         """Trains from the latest checkpoint to the budget; returns the last evaluation.
@@ -545,19 +637,24 @@ class TrainingRun:
         return line
 
     def _run(self, stop_at_step):
-        with self._writing(f'the logdir {self._logdir}'):
-            removed = recovery.clean_partial_writes(
-                self._logdir, self._checkpoint_dir, self._policy_dir)
-        if removed:
-            logging.info('Removed what interrupted writes left: %s', ', '.join(removed))
-        self.restore()
+        for run in self._runs:
+            with self._writing(f'the logdir {run.logdir}'):
+                if run.config is not None:
+                    self._write_member_config(run)
+                removed = recovery.clean_partial_writes(
+                    run.logdir, run.checkpoint_dir, run.policy_dir)
+            if removed:
+                logging.info('Removed what interrupted writes left: %s', ', '.join(removed))
+        path = self.restore()
         start_steps = self._step = int(self.env_steps)
-        self._saved_step = start_steps if self._manager.latest_checkpoint else None
-        with self._writing(f'the summaries in {self._logdir}'):
-            self._writer = tf.summary.create_file_writer(self._logdir)
-        with self._writing(os.path.join(self._logdir, METRICS_FILE)):
-            records = recovery.repair_metrics(
-                os.path.join(self._logdir, METRICS_FILE), start_steps)
+        self._saved_step = start_steps if path else None
+        records = []
+        for run in self._runs:
+            with self._writing(f'the summaries in {run.logdir}'):
+                run.writer = tf.summary.create_file_writer(run.logdir)
+            with self._writing(os.path.join(run.logdir, METRICS_FILE)):
+                records.append(recovery.repair_metrics(
+                    os.path.join(run.logdir, METRICS_FILE), start_steps))
         latest = self._complete_last_save(start_steps, records, stop_at_step)
         # The budget, or the stop short of it (whole iterations, as the budget).
         target = min(self._total_steps, stop_at_step or self._total_steps)
@@ -577,6 +674,7 @@ class TrainingRun:
         first_iteration = True
         seconds_per_iteration = None  # Of the last call, once one ran without compiling.
         episodes = [0, 0.0]  # Training episodes ended since the last progress line, their return.
+        self._steps_per_sec = None  # Of a member, for the progress line.
         while int(self.env_steps) < target:
             self._check_signals()
             _clear_scalar_cache()
@@ -594,24 +692,30 @@ class TrainingRun:
                 seconds_per_iteration = seconds / len(iterations)
             steps = self._step = int(self.env_steps)
             steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
-            with self._writing(f'the summaries in {self._logdir}'):
-                for index, iteration in enumerate(iterations):
-                    with self._writer.as_default(step=steps - (len(iterations) - 1 - index)
-                                                 * self._steps_per_iteration):
-                        for name, value in iteration.metrics.items():
-                            tf.summary.scalar(f'train/{name}', value)
-                        if iteration.episodes:
-                            tf.summary.scalar('train/episode_return',
-                                              iteration.return_sum / iteration.episodes)
-                            tf.summary.scalar('train/episode_length',
-                                              iteration.length_sum / iteration.episodes)
-                        tf.summary.scalar('train/env_steps_per_sec', steps_per_sec)
-                    episodes[0] += iteration.episodes
-                    episodes[1] += iteration.return_sum
+            for member, run in enumerate(self._runs):
+                with self._writing(f'the summaries in {run.logdir}'):
+                    for index, iteration in enumerate(iterations):
+                        with run.writer.as_default(step=steps - (len(iterations) - 1 - index)
+                                                   * self._steps_per_iteration):
+                            for name, value in iteration.metrics.items():
+                                if not iteration.dropped[member]:
+                                    tf.summary.scalar(f'train/{name}', value[member])
+                            if iteration.episodes[member]:
+                                tf.summary.scalar(
+                                    'train/episode_return',
+                                    iteration.return_sum[member] / iteration.episodes[member])
+                                tf.summary.scalar(
+                                    'train/episode_length',
+                                    iteration.length_sum[member] / iteration.episodes[member])
+                            tf.summary.scalar('train/env_steps_per_sec', steps_per_sec)
+            for iteration in iterations:
+                episodes[0] += int(iteration.episodes.sum())
+                episodes[1] += float(iteration.return_sum.sum())
             if first_iteration:
-                path = os.path.join(self._logdir, run_config.OPERATIVE_CONFIG_FILE)
-                with self._writing(path):
-                    run_config.write_atomic(path, gin.operative_config_str())
+                for run in self._runs:
+                    path = os.path.join(run.logdir, run_config.OPERATIVE_CONFIG_FILE)
+                    with self._writing(path):
+                        run_config.write_atomic(path, run.configured(gin.operative_config_str()))
                 first_iteration = False
             self.wall_time.assign(start_wall + time.time() - start_time)
             self.steps_per_sec.assign(steps_per_sec)
@@ -642,8 +746,7 @@ class TrainingRun:
             logging.info('Done: %d steps in %.1f s, %.0f env steps/s, eval return %s.',
                          latest['step'], latest['wall_time_s'], latest['env_steps_per_sec'],
                          _format_return(latest['mean_return']))
-        with self._writing(f'the summaries in {self._logdir}'):
-            self._writer.flush()
+        self._flush_summaries()
         return latest
 
     def _eval_due(self, previous_steps, steps):
@@ -680,15 +783,23 @@ class TrainingRun:
         metrics; the training episodes that ended with a finite return, their summed return and
         length) and the non-finite report of the last one.
         """
+        members = self._num_members
+
         def iteration(reset):
             summary, metrics = self._iteration_graph(reset)
             ended = ((summary['terminated'] | summary['truncated'])
                      & tf.math.is_finite(summary['episode_return']))
 
-            def ended_sum(values):
-                return tf.reduce_sum(tf.where(ended, tf.cast(values, tf.float64), 0.0))
+            def member_sum(values):  # [T, K * N] -> [K]
+                return tf.reduce_sum(tf.reshape(values, [tf.shape(values)[0], members, -1]),
+                                     axis=[0, 2])
 
-            stats = dict(metrics, episodes=tf.reduce_sum(tf.cast(ended, tf.int32)),
+            def ended_sum(values):
+                return member_sum(tf.where(ended, tf.cast(values, tf.float64), 0.0))
+
+            # Every statistic per member: [K] (a lone run's metrics are scalars).
+            stats = dict({name: tf.reshape(value, [members]) for name, value in metrics.items()},
+                         episodes=member_sum(tf.cast(ended, tf.int32)),
                          return_sum=ended_sum(summary['episode_return']),
                          length_sum=ended_sum(summary['episode_length']))
             report = {name: summary[name] for name in (
@@ -705,7 +816,8 @@ class TrainingRun:
         # XLA compile the body twice).
         stats, report = tf.function(iteration, autograph=False).get_concrete_function(
             tf.TensorSpec([], tf.bool)).structured_outputs
-        stacked = {name: tf.zeros([size], value.dtype) for name, value in stats.items()}
+        stacked = {name: tf.zeros([size] + value.shape, value.dtype)
+                   for name, value in stats.items()}
         report = {name: tf.zeros(value.shape, value.dtype) for name, value in report.items()}
 
         def body(index, reset, stacked, unused_report):
@@ -716,7 +828,7 @@ class TrainingRun:
 
         ran, _, stacked, report = tf.while_loop(
             lambda index, unused_reset, unused_stacked, report: (index < count) & (
-                report['nonfinite'] == 0),
+                tf.reduce_all(report['nonfinite'] == 0)),
             body, (tf.constant(0), reset, stacked, report), parallel_iterations=1,
             maximum_iterations=size)
         return dict(report, ran=ran, stats=stacked)
@@ -744,14 +856,20 @@ class TrainingRun:
         with tf.control_dependencies(save):
             batch = tf.nest.map_structure(tf.identity, batch)
         metrics = dict(self._agent.update(batch))
-        update_nonfinite = tf.cast(metrics.pop('nonfinite'), tf.int32)
-        finite_variables = tf.stack([tf.reduce_all(tf.math.is_finite(variable))
-                                     for variable in self._float_variables])
+        # What went non-finite per member ([K]; a lone run is one member), variables [V, K].
+        members = self._num_members
+
+        def per_member(values):
+            return tf.reduce_any(tf.reshape(values, [members, -1]), axis=1)
+
+        update_nonfinite = tf.reshape(tf.cast(metrics.pop('nonfinite'), tf.int32), [members])
+        finite_variables = tf.stack([
+            ~per_member(~tf.math.is_finite(variable)) for variable in self._float_variables])
         nonfinite = tf.where(
-            tf.reduce_any(bad_observ), 1, tf.where(
-                tf.reduce_any(bad_reward), 2, tf.where(
+            per_member(bad_observ), 1, tf.where(
+                per_member(bad_reward), 2, tf.where(
                     update_nonfinite > 0, update_nonfinite + _ALGORITHM_CODES, tf.where(
-                        tf.reduce_all(finite_variables), 0, _PARAMETER))))
+                        tf.reduce_all(finite_variables, axis=0), 0, _PARAMETER))))
 
         def undo():
             with tf.control_dependencies([
@@ -760,9 +878,14 @@ class TrainingRun:
                 return tf.constant(True)
 
         with tf.control_dependencies(tf.nest.flatten(metrics) + [finite_variables]):
-            undone = tf.cond(nonfinite > 0, undo, lambda: tf.constant(False))
-        with tf.control_dependencies([undone]):
-            self.env_steps.assign_add(tf.cast(tf.size(transitions.reward), tf.int64))
+            if self._population:  # Each member's update is undone alone.
+                undone = self._agent.undo_members(
+                    nonfinite > 0, zip(self._variables, self._backups, strict=True))
+            else:
+                undone = [tf.cond(nonfinite[0] > 0, undo, lambda: tf.constant(False))]
+        with tf.control_dependencies(undone):
+            self.env_steps.assign_add(
+                tf.cast(tf.size(transitions.reward) // members, tf.int64))
         summary = {
             'terminated': transitions.terminated, 'truncated': transitions.truncated,
             'episode_return': transitions.episode_return,
@@ -812,15 +935,17 @@ class TrainingRun:
         stats = {name: values.numpy() for name, values in outputs.pop('stats').items()}
         iterations = []
         for index in range(int(outputs['ran'])):
-            metrics = {name: float(values[index]) for name, values in stats.items()}
+            metrics = {name: values[index] for name, values in stats.items()}
             iterations.append(types.SimpleNamespace(
-                episodes=int(metrics.pop('episodes')), return_sum=metrics.pop('return_sum'),
-                length_sum=metrics.pop('length_sum'), metrics=metrics))
-        nonfinite = int(outputs['nonfinite'])
-        if len(iterations) > 1 or not nonfinite:
+                episodes=metrics.pop('episodes'), return_sum=metrics.pop('return_sum'),
+                length_sum=metrics.pop('length_sum'), metrics=metrics,
+                dropped=np.zeros(self._num_members, bool)))
+        nonfinite = outputs['nonfinite'].numpy()
+        if len(iterations) > 1 or not nonfinite.any():
             self._dropped_in_a_row = 0
-        if nonfinite:
-            iterations[-1].metrics = {}
+        if nonfinite.any():
+            # The metrics of an undone update are not written.
+            iterations[-1].dropped = nonfinite > 0
             self._on_nonfinite_batch(nonfinite, {
                 name: outputs[name].numpy() for name in ('nonfinite_envs', 'finite_variables')})
         return iterations
@@ -878,25 +1003,39 @@ class TrainingRun:
                 f'{run_config.first_line(error)}; {kept}.') from error
         self._train_env.replace_vector_env(new, seed=seed)
 
-    def _on_nonfinite_batch(self, code, summary):
-        """Stops the run, or logs the skipped batch (the update was undone in the graph)."""
+    def _on_nonfinite_batch(self, codes, summary):
+        """Stops the run, or logs the skipped batch (the update was undone in the graph).
+
+        `codes`: what went non-finite, per member ([K]; a lone run's [1]), or one code for a
+        rollout that failed as a whole (`summary` None).
+        """
         steps = int(self.env_steps)
-        quantity = self._nonfinite_quantities.get(code, f'quantity {code}')
-        where = ''
-        if summary is None:
-            pass
-        elif code in (1, 2):
-            where = f' {np.flatnonzero(summary["nonfinite_envs"]).tolist()}'
-        elif code == _PARAMETER:
-            names = [variable.name for variable, finite in zip(
-                self._float_variables, summary['finite_variables'], strict=True) if not finite]
-            where = f' ({", ".join(names[:3])}{" ..." if len(names) > 3 else ""})'
-        if summary is None:  # The rollout itself failed.
-            problem = (f'non-finite {quantity} in the iteration after step {steps}; the rollout '
-                       'stopped before the update')
-        else:
-            problem = (f'non-finite {quantity}{where} in the iteration that ended at step '
-                       f'{steps}; its update was undone')
+        codes = np.atleast_1d(codes)
+        problems = []
+        for member in np.flatnonzero(codes):
+            code = int(codes[member])
+            quantity = self._nonfinite_quantities.get(code, f'quantity {code}')
+            where = ''
+            if summary is None:
+                pass
+            elif code in (1, 2):
+                envs = np.flatnonzero(np.reshape(
+                    summary['nonfinite_envs'], [self._num_members, -1])[member])
+                where = f' {envs.tolist()}'
+            elif code == _PARAMETER:
+                names = [variable.name for variable, finite in zip(
+                    self._float_variables, summary['finite_variables'][:, member], strict=True)
+                    if not finite]
+                where = f' ({", ".join(names[:3])}{" ..." if len(names) > 3 else ""})'
+            of_member = (f' of {self._runs[member].name}'
+                         if self._population and summary is not None else '')
+            if summary is None:  # The rollout itself failed.
+                problems.append(f'non-finite {quantity} in the iteration after step {steps}; '
+                                'the rollout stopped before the update')
+            else:
+                problems.append(f'non-finite {quantity}{where}{of_member} in the iteration '
+                                f'that ended at step {steps}; its update was undone')
+        problem = '; '.join(problems)
         if self._on_nonfinite == 'stop':
             kept = (f'the last checkpoint (step {self._saved_step}) is intact and stays the '
                     'latest' if self._saved_step is not None else 'no checkpoint was saved')
@@ -911,9 +1050,12 @@ class TrainingRun:
                 f'(train.on_nonfinite = \'skip\'), so the run stopped: the fault does not pass.')
         logging.warning('%s; the batch was dropped (train.on_nonfinite = \'skip\'; %d so far).',
                         problem[0].upper() + problem[1:], self.skipped_batches)
-        with self._writing(f'the summaries in {self._logdir}'), \
-                self._writer.as_default(step=steps):
-            tf.summary.scalar('train/skipped_batches', self.skipped_batches)
+        for member in np.flatnonzero(codes) if summary is not None else range(len(self._runs)):
+            run = self._runs[member]
+            run.skipped_batches += 1
+            with self._writing(f'the summaries in {run.logdir}'), \
+                    run.writer.as_default(step=steps):
+                tf.summary.scalar('train/skipped_batches', run.skipped_batches)
 
     def _stop_on_signal(self, signum):
         """Saves a checkpoint (unless this step has one) and raises Interrupted."""
@@ -926,8 +1068,7 @@ class TrainingRun:
             saved = f'saved a checkpoint at step {steps}'
         else:
             saved = f'the checkpoint of step {steps} is saved'
-        with self._writing(f'the summaries in {self._logdir}'):
-            self._writer.flush()
+        self._flush_summaries()
         self._publish()
         raise Interrupted(signum, steps, f'interrupted by {name} at step {steps}; {saved}. '
                           'Rerun the same command to resume.')
@@ -948,52 +1089,81 @@ class TrainingRun:
                     if self._saved_step is not None else 'no checkpoint was saved yet')
             # Free what the failed write took (e.g. on a full disk).
             self._abandon_export()
-            with contextlib.suppress(OSError):
-                recovery.clean_partial_writes(
-                    self._logdir, self._checkpoint_dir, self._policy_dir)
+            for run in self._runs:
+                with contextlib.suppress(OSError):
+                    recovery.clean_partial_writes(run.logdir, run.checkpoint_dir, run.policy_dir)
             raise WriteError(f'cannot write {what}: {reason}. The run stopped; {kept}. Make '
                              'room or make the logdir writable, then rerun the same command to '
                              'resume.') from error
 
+    def _flush_summaries(self):
+        for run in self._runs:
+            with self._writing(f'the summaries in {run.logdir}'):
+                run.writer.flush()
+
     def _save_checkpoint(self, steps):
-        with self._writing(f'the checkpoint of step {steps} to {self._checkpoint_dir}'):
-            self._manager.save(checkpoint_number=steps)
+        if self._population:
+            self._agent.to_members()
+        for run in self._runs:
+            with self._writing(f'the checkpoint of step {steps} to {run.checkpoint_dir}'):
+                run.manager.save(checkpoint_number=steps)
         self._saved_step = steps
         self._env_restarts = 0
 
-    def _evaluate_and_save(self, steps, save_checkpoint=True):
-        """Evaluates; writes the checkpoint, the policy, the metrics line and summaries."""
+    def _write_member_config(self, run):
+        """Writes a population member's `config.gin`: the population's configuration as a
+        lone run of the member's seed and hyperparameters (rewritten when the population's
+        budget was raised)."""
+        path = os.path.join(run.logdir, run_config.CONFIG_FILE)
+        text = run.configured(gin.config_str())
+        if not os.path.isfile(path) or run_config.read_text(path) != text:
+            os.makedirs(run.logdir, exist_ok=True)
+            run_config.write_atomic(path, text)
+
+    def _evaluate_and_save(self, steps, save_checkpoint=True, runs=None):
+        """Evaluates; writes the checkpoint, the policy, the metrics line and summaries (of
+        `runs`, default all: a population's members, whose evaluation records are returned
+        too); returns the (first) evaluation record."""
         self._heartbeat.phase(f'the evaluation of step {steps}')
         returns, lengths = self._evaluate(steps)
         self._heartbeat.phase(f'saving step {steps}')
-        finite = np.isfinite(returns).all()
-        if not finite:
-            logging.warning('Evaluation at step %d: environments %s ended with a non-finite '
-                            'return; its mean_return and std_return are null.', steps,
-                            np.flatnonzero(~np.isfinite(returns)).tolist())
-        record = {
-            'step': steps,
-            'mean_return': float(np.mean(returns)) if finite else None,
-            'std_return': float(np.std(returns)) if finite else None,
-            'episodes': len(returns),
-            'mean_length': float(np.mean(lengths)),
-            'env_steps_per_sec': float(self.steps_per_sec),
-            'wall_time_s': float(self.wall_time),
-        }
+        records = []
+        for run, member_returns, member_lengths in zip(
+                self._runs, np.split(returns, self._num_members),
+                np.split(lengths, self._num_members), strict=True):
+            finite = np.isfinite(member_returns).all()
+            if not finite:
+                logging.warning('Evaluation at step %d%s: environments %s ended with a '
+                                'non-finite return; its mean_return and std_return are null.',
+                                steps, f' of {run.name}' if run.name else '',
+                                np.flatnonzero(~np.isfinite(member_returns)).tolist())
+            records.append({
+                'step': steps,
+                'mean_return': float(np.mean(member_returns)) if finite else None,
+                'std_return': float(np.std(member_returns)) if finite else None,
+                'episodes': len(member_returns),
+                'mean_length': float(np.mean(member_lengths)),
+                'env_steps_per_sec': float(self.steps_per_sec),
+                'wall_time_s': float(self.wall_time),
+            })
         if save_checkpoint:
             self._save_checkpoint(steps)
-        self._export(steps, background=True)
-        path = os.path.join(self._logdir, METRICS_FILE)
-        with self._writing(path), open(path, 'a', encoding='utf-8') as f:
-            f.write(json.dumps(record) + '\n')
-        with self._writing(f'the summaries in {self._logdir}'):
-            with self._writer.as_default(step=steps):
-                for name in ('mean_return', 'std_return', 'mean_length'):
-                    if record[name] is not None:
-                        tf.summary.scalar(f'eval/{name}', record[name])
-            self._writer.flush()
+        runs = self._runs if runs is None else runs
+        self._export(steps, runs, background=True)
+        for run, record in zip(self._runs, records, strict=True):
+            if run not in runs:
+                continue
+            path = os.path.join(run.logdir, METRICS_FILE)
+            with self._writing(path), open(path, 'a', encoding='utf-8') as f:
+                f.write(json.dumps(record) + '\n')
+            with self._writing(f'the summaries in {run.logdir}'):
+                with run.writer.as_default(step=steps):
+                    for name in ('mean_return', 'std_return', 'mean_length'):
+                        if record[name] is not None:
+                            tf.summary.scalar(f'eval/{name}', record[name])
+                run.writer.flush()
         self._publish()
-        return record
+        return records[0]
 
     def _publish(self):
         """Hands the complete save to `after_save`, once the export in flight is written."""
@@ -1008,7 +1178,7 @@ class TrainingRun:
             raise WriteError(f'cannot store the run: {type(error).__name__}: {error}. The run '
                              f'stopped; {kept}. Rerun the same command to resume.') from error
 
-    def _export(self, steps, background=False):
+    def _export(self, steps, runs, background=False):
         """The policy of the checkpoint of `steps`, as a SavedModel in <logdir>/policy/<step>/;
         policies of checkpoints no longer kept are deleted.
 
@@ -1019,19 +1189,26 @@ class TrainingRun:
         silenced what the run logged meanwhile (a restart warning went missing).
         """
         self._finish_export()
-        if self._policy_exporter is None:
-            self._policy_exporter = policy_export.PolicyExporter(
-                self._agent, self._eval_env.observation_space, self._eval_env.action_space)
-        directory = os.path.join(self._policy_dir, str(steps))
-        keep = [recovery.checkpoint_step(path) for path in self._manager.checkpoints]
-        self._policy_exporter.capture(step=steps, config=gin.operative_config_str())
+        if self._population:
+            self._agent.to_members()
+        exports = []
+        for run in runs:
+            if run.exporter is None:
+                run.exporter = policy_export.PolicyExporter(
+                    run.agent, self._eval_env.observation_space, self._eval_env.action_space)
+            keep = [recovery.checkpoint_step(path) for path in run.manager.checkpoints]
+            run.exporter.capture(step=steps,
+                                 config=run.configured(gin.operative_config_str()))
+            exports.append((run, os.path.join(run.policy_dir, str(steps)), keep))
 
         def write():
-            self._policy_exporter.write(directory)
-            policy_export.prune_exports(self._policy_dir, keep)
+            for run, directory, keep in exports:
+                run.exporter.write(directory)
+                policy_export.prune_exports(run.policy_dir, keep)
 
-        what = f'the policy of step {steps} to {directory}'
-        if background and self._policy_exporter.program_saved:
+        what = (f'the policy of step {steps} to {exports[0][1]}' if len(exports) == 1 else
+                f'the policies of step {steps} to {self._logdir}/{run_dir.MEMBER_DIR.format("*")}')
+        if background and all(run.exporter.program_saved for run, _, _ in exports):
             self._pending_export = (what, self._export_thread.submit(write))
         else:
             with self._writing(what):
@@ -1066,15 +1243,21 @@ class TrainingRun:
         at_stop = stop_at_step is not None and previous < stop_at_step <= steps
         if not steps or not (self._eval_due(previous, steps) or at_stop):
             return None
-        if any(record.get('step') == steps for record in records):
-            if not os.path.isdir(os.path.join(self._policy_dir, str(steps))):
+        logged = [any(record.get('step') == steps for record in run_records)
+                  for run_records in records]
+        if all(logged):
+            unexported = [run for run in self._runs
+                          if not os.path.isdir(os.path.join(run.policy_dir, str(steps)))]
+            if unexported:
                 logging.info('Exporting the policy of step %d, which the previous run did not '
                              'finish.', steps)
-                self._export(steps)
+                self._export(steps, unexported)
             return None
         logging.warning('Completing the evaluation of step %d: the previous run saved its '
                         'checkpoint but stopped before logging it.', steps)
-        return self._evaluate_and_save(steps, save_checkpoint=False)
+        return self._evaluate_and_save(
+            steps, save_checkpoint=False,
+            runs=[run for run, done in zip(self._runs, logged, strict=True) if not done])
 
     def _evaluate(self, steps):
         """One episode of the deterministic policy in each evaluation environment.
@@ -1088,7 +1271,9 @@ class TrainingRun:
         if warmup is not None:
             # Its errors (e.g. a non-finite action) are the evaluation's to raise.
             concurrent.futures.wait([warmup])
-        self._eval_env.seed_next_reset(evaluation_seed(self._seed, steps))
+        self._eval_env.seed_next_reset(
+            [evaluation_seed(run.seed, steps) for run in self._runs] if self._population
+            else evaluation_seed(self._seed, steps))
         num_envs = len(self._eval_env)
         returns = np.zeros(num_envs)
         lengths = np.zeros(num_envs, np.int64)
@@ -1160,10 +1345,45 @@ class TrainingRun:
         count, return_sum = episodes
         train_return = f'{return_sum / count:.1f}' if count else 'n/a'
         eval_return = _format_return(latest['mean_return']) if latest else 'n/a'
-        logging.info('step %d/%d | %.0f env steps/s | ETA %s | train return %s | eval return %s',
-                     steps, self._total_steps, steps_per_sec, _format_seconds(eta), train_return,
+        speed = f'{steps_per_sec:.0f} env steps/s'
+        if self._population:
+            # Steps count per member; the returns are the first member's (eval) and all
+            # members' (train).
+            speed = (f'{self._num_members} members x {steps_per_sec:.0f} = '
+                     f'{self._num_members * steps_per_sec:.0f} env steps/s')
+        logging.info('step %d/%d | %s | ETA %s | train return %s | eval return %s',
+                     steps, self._total_steps, speed, _format_seconds(eta), train_return,
                      eval_return)
         self._heartbeat.beat()
+
+
+class _RunDirectory:
+    """What the loop writes of one run: a lone run's logdir, or a population member's.
+
+    `bindings` (a member's): the gin bindings that make its configuration from the
+    population's, so that its directory describes it as a lone run of its seed.
+    """
+
+    def __init__(self, logdir, agent, seed, checkpoint, name='', bindings=None):
+        self.logdir = logdir
+        self.agent = agent  # What its checkpoint and policy export hold.
+        self.seed = seed
+        self.checkpoint = checkpoint
+        self.name = name
+        self.config = bindings
+        self.checkpoint_dir = os.path.join(logdir, CHECKPOINT_DIR)
+        self.policy_dir = os.path.join(logdir, policy_export.POLICY_DIR)
+        self.manager = None  # Made by `TrainingRun.restore`, once the checkpoints are recovered.
+        self.corrupt = False  # Whether recovery moved a broken checkpoint aside.
+        self.writer = None  # Made by `TrainingRun.run`: nothing is written before.
+        self.exporter = None
+        self.skipped_batches = 0
+
+    def configured(self, config):
+        """`config` (the population's, as gin writes it) as this run's own."""
+        if self.config is None:
+            return config
+        return run_config.with_bindings(config, self.config, remove=(POPULATION_BINDING,))
 
 
 class _Heartbeat:

@@ -26,6 +26,7 @@ from agents.runs import run_dir
 
 CONFIG_FILE = run_dir.CONFIG_FILE
 OPERATIVE_CONFIG_FILE = run_dir.OPERATIVE_CONFIG_FILE
+POPULATION_CONFIG_FILE = run_dir.POPULATION_CONFIG_FILE
 LOCK_FILE = run_dir.LOCK_FILE
 # The one binding a rerun may change: the budget, raised (see `check_logdir`).
 BUDGET_BINDING = 'train.total_steps'
@@ -89,7 +90,7 @@ def load(gin_files, gin_bindings, seed=None, seed_binding='train.seed'):
     return gin.config_str()
 
 
-def check_logdir(logdir, config):
+def check_logdir(logdir, config, config_file=CONFIG_FILE):
     """Refuses a logdir where a run of `config` cannot start or resume; changes nothing.
 
     Returns whether the logdir holds a run to resume. Refused: a file, a run of another
@@ -97,22 +98,24 @@ def check_logdir(logdir, config):
     trainer holds (see `lock_logdir`). A run whose configuration differs from `config` only in a
     smaller `train.total_steps` is resumed: its budget is raised (`prepare_logdir` stores the
     new configuration); a larger stored budget is refused (a run is stopped early with the
-    trainer's --stop_at_step instead).
+    trainer's --stop_at_step instead). `config_file`: where the logdir keeps its configuration
+    (a population's: POPULATION_CONFIG_FILE).
     """
-    config_path = os.path.join(logdir, CONFIG_FILE)
+    config_path = os.path.join(logdir, config_file)
     if os.path.exists(logdir) and not os.path.isdir(logdir):
         raise ConfigError(f'logdir {logdir} exists and is not a directory')
     if os.path.isdir(logdir):
         _check_unlocked(logdir)  # First: what a live trainer is writing may look like anything.
     if os.path.isfile(config_path):
-        _check_same_run(logdir, _read(config_path), config)
+        _check_same_run(logdir, read_text(config_path), config)
         if run_dir.unwritable_ancestor(logdir):
             raise ConfigError(f'cannot write to logdir {logdir}: it is not writable (a '
                               'read-only file system or missing permissions)')
         return True
     if os.path.isdir(logdir) and set(os.listdir(logdir)) - {LOCK_FILE}:
-        raise ConfigError(f'logdir {logdir} is not empty and holds no {CONFIG_FILE}: not a '
-                          'BatchPPO run; choose another --logdir')
+        raise ConfigError(f'logdir {logdir} is not empty and holds no {config_file}: not a '
+                          f'BatchPPO {"population" if config_file != CONFIG_FILE else "run"}; '
+                          'choose another --logdir')
     unwritable = run_dir.unwritable_ancestor(logdir)
     if unwritable:
         raise ConfigError(f'cannot write to logdir {logdir}: {unwritable} is not a writable '
@@ -120,7 +123,7 @@ def check_logdir(logdir, config):
     return False
 
 
-def _read(path):
+def read_text(path):
     with open(path, encoding='utf-8') as f:
         return f.read()
 
@@ -166,14 +169,8 @@ def budget_change(stored, config):
 def _split_budget(config):
     """(the statements of `config` but its single `train.total_steps` binding, that binding's
     value); (None, None) without exactly one such binding or with a value that is no literal."""
-    statements = []
-    for line in config.splitlines():
-        if statements and line[:1].isspace():  # A continuation line (gin indents them).
-            statements[-1].append(line)
-        else:
-            statements.append([line])
     rest, values = [], []
-    for statement in statements:
+    for statement in _statements(config):
         key, equals, value = '\n'.join(statement).partition('=')
         if equals and key.strip() == BUDGET_BINDING:
             values.append(value.replace('\\\n', ' '))
@@ -187,6 +184,35 @@ def _split_budget(config):
         return None, None
 
 
+def with_bindings(config, bindings, remove=()):
+    """`config` (as `gin.config_str` writes it) with `bindings` ({'scope.name': value}) set,
+    each in place of its statement if there is one, else added at the end, and the statements of
+    `remove` dropped: e.g. the configuration of a population's member as a lone run's."""
+    statements = _statements(config)
+    names = [statement[0].partition('=')[0].strip() if '=' in statement[0] else None
+             for statement in statements]
+    lines = []
+    for statement, name in zip(statements, names, strict=True):
+        if name in remove:
+            continue
+        if name in bindings:
+            statement = [f'{name} = {bindings[name]!r}']
+        lines += statement
+    lines += [f'{name} = {value!r}' for name, value in bindings.items() if name not in names]
+    return '\n'.join(lines).rstrip('\n') + '\n'
+
+
+def _statements(config):
+    """The statements of `config`, each a list of its lines (gin indents continuation lines)."""
+    statements = []
+    for line in config.splitlines():
+        if statements and line[:1].isspace():
+            statements[-1].append(line)
+        else:
+            statements.append([line])
+    return statements
+
+
 def config_difference(stored, config, stored_name, config_name):
     """The unified diff from configuration `stored` to `config` ('' when they are the same):
     what a run of another configuration is refused with."""
@@ -196,7 +222,7 @@ def config_difference(stored, config, stored_name, config_name):
         stored.splitlines(True), config.splitlines(True), stored_name, config_name))
 
 
-def prepare_logdir(logdir, config):
+def prepare_logdir(logdir, config, config_file=CONFIG_FILE):
     """Creates `logdir` or checks that it holds a run of this configuration.
 
     A new logdir gets `config.gin`. An existing one must hold the same configuration (the run is
@@ -204,9 +230,9 @@ def prepare_logdir(logdir, config):
     with a warning, and `config.gin` rewritten), or be empty; anything else is refused and left
     untouched.
     """
-    if check_logdir(logdir, config):
-        config_path = os.path.join(logdir, CONFIG_FILE)
-        budgets = _check_same_run(logdir, _read(config_path), config)
+    if check_logdir(logdir, config, config_file):
+        config_path = os.path.join(logdir, config_file)
+        budgets = _check_same_run(logdir, read_text(config_path), config)
         if budgets is not None:
             old, new = budgets
             logging.warning(
@@ -222,7 +248,7 @@ def prepare_logdir(logdir, config):
         return logdir
     try:
         os.makedirs(logdir, exist_ok=True)
-        write_atomic(os.path.join(logdir, CONFIG_FILE), config)
+        write_atomic(os.path.join(logdir, config_file), config)
     except OSError as error:
         raise ConfigError(f'cannot write to logdir {logdir}: {error.strerror or error}') from error
     return logdir

@@ -30,6 +30,10 @@ import stat
 
 CONFIG_FILE = 'config.gin'
 OPERATIVE_CONFIG_FILE = 'operative_config.gin'
+# A population's logdir (`train.population`) holds its configuration here, next to the runs of
+# its members (`member-<k>/`), and no run file of its own: tools that look for runs find those.
+POPULATION_CONFIG_FILE = 'population.gin'
+MEMBER_DIR = 'member-{}'
 METRICS_FILE = 'metrics.jsonl'
 ORPHANED_METRICS_FILE = 'metrics.orphaned.jsonl'
 CHECKPOINT_DIR = 'checkpoints'

@@ -44,6 +44,8 @@ except xla_cache.CacheError as error:
     _xla_cache_error = error
 
 with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+    import gin
+
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
     from agents.runs import loop, remote_logdir, run_config, run_dir
     from agents.tools import stop_signals
@@ -103,7 +105,7 @@ def _main(signals):
             local = staged.open()
         else:
             local = logdir
-        run_config.check_logdir(local, config)
+        run_config.check_logdir(local, config, _config_file())
     except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
         status = _status(error, staged)  # Before close forgets the copy.
         if staged is not None:
@@ -139,7 +141,7 @@ def _train(logdir, local, config, staged, signals):
             if holder.get('pid') not in (None, os.getpid()):
                 logging.info('Took over the lock of %s from pid %s, which no longer runs.',
                              local, holder['pid'])
-            run_config.prepare_logdir(local, config)
+            run_config.prepare_logdir(local, config, _config_file())
             if staged is not None:
                 staged.sync()  # The run's configuration is in the bucket from the start.
                 logging.info('Logdir: %s (staged in %s)', logdir, local)
@@ -155,6 +157,17 @@ def _train(logdir, local, config, staged, signals):
     except loop.TrainingError as error:
         return f'train: error: {error}'
     return 0
+
+
+def _config_file():
+    """Where the logdir keeps the configuration: a population's is not a run of its own (its
+    members' directories are)."""
+    try:
+        population = gin.query_parameter('train.population')
+    except ValueError:
+        population = 1
+    return (run_config.POPULATION_CONFIG_FILE if isinstance(population, int) and population > 1
+            else run_config.CONFIG_FILE)
 
 
 def _in_bucket(error, staged):

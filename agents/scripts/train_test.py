@@ -92,6 +92,42 @@ class TrainBinaryTest(absltest.TestCase):
         with open(os.path.join(logdir, 'config.gin')) as f:
             self.assertEqual(f.read(), config)
 
+    def test_a_population_writes_a_run_per_member_and_resumes(self):
+        cwd = self.create_tempdir().full_path
+        command = ['--gin_file=configs/pendulum_native.gin', '--logdir=population', *TINY,
+                   '--gin_bindings=train.population = 2', '--seed=3',
+                   '--gin_bindings=train.jit_compile = False']
+        first = run_train(*command, cwd=cwd)
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        self.assertIn('2 members x', first.stderr)
+        logdir = os.path.join(cwd, 'population')
+        self.assertEqual(sorted(name for name in os.listdir(logdir) if name != '.lock'),
+                         ['member-0', 'member-1', 'population.gin'])
+        with open(os.path.join(logdir, 'population.gin')) as f:
+            self.assertIn('train.population = 2', f.read())
+        for index, seed in enumerate((3, 4)):
+            member = os.path.join(logdir, f'member-{index}')
+            self.assertEqual(metric_steps(member), [256])
+            with open(os.path.join(member, 'config.gin')) as f:
+                config = f.read()
+            self.assertIn(f'train.seed = {seed}\n', config)
+            self.assertNotIn('train.population', config)
+        before = snapshot(os.path.join(logdir, 'member-1', 'checkpoints'))
+        again = run_train(*command, cwd=cwd)
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertIn('Resumed from', again.stderr)
+        self.assertEqual(snapshot(os.path.join(logdir, 'member-1', 'checkpoints')), before)
+        # A lone run is refused the population's logdir, and the other way round.
+        lone = run_train(*command[:-3], cwd=cwd)
+        self.assertEqual(lone.returncode, 1)
+        self.assertIn('holds no config.gin: not a BatchPPO run', lone.stderr)
+        first_lone = run_train('--gin_file=configs/pendulum_native.gin', '--logdir=lone', *TINY,
+                               cwd=cwd)
+        self.assertEqual(first_lone.returncode, 0, first_lone.stderr[-3000:])
+        refused = run_train(*command[:1], '--logdir=lone', *command[2:], cwd=cwd)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn('holds no population.gin: not a BatchPPO population', refused.stderr)
+
     def test_stop_at_step_zero_is_refused(self):
         cwd = self.create_tempdir().full_path
         refused = run_train('--gin_file=configs/pendulum.gin', '--logdir=run', *TINY,

@@ -17,7 +17,6 @@ per-member gradients), and a member whose update meets a non-finite loss or grad
 early-stopping KL, stops alone while the others go on.
 """
 
-import gin
 import tensorflow as tf
 
 from agents.algorithms import advantages, algorithm, networks
@@ -29,7 +28,6 @@ METRIC_NAMES = ppo.METRIC_NAMES
 _POLICIES = (networks.FeedForwardGaussianPolicy, networks.FeedForwardCategoricalPolicy)
 
 
-@gin.configurable
 class PPOPopulation(algorithm.Algorithm):
     """K PPO agents acting in K blocks of `num_envs` environments and updated together.
 
@@ -102,6 +100,18 @@ class PPOPopulation(algorithm.Algorithm):
         for stacked, variables in zip(tf.nest.flatten(self.state), self._member_variables(),
                                       strict=True):
             stacked.assign(tf.stack([variable.read_value() for variable in variables]))
+
+    def undo_members(self, undo, pairs):
+        """Ops that put back, for the members where `undo` ([K] bool) is true, the values
+        `pairs` (of `train_variables()` and their copies) saved; the others' stay."""
+        generators = {member.random.state.ref(): index
+                      for index, member in enumerate(self.members)}
+        ops = []
+        for variable, saved in pairs:
+            index = generators.get(variable.ref())
+            mask = undo[index] if index is not None else _per_member(undo, variable)
+            ops.append(variable.assign(tf.where(mask, saved, variable)))
+        return ops
 
     def _member_variables(self):
         return zip(*[tf.nest.flatten(_lone_state(member)) for member in self.members],
@@ -254,10 +264,11 @@ class PPOPopulation(algorithm.Algorithm):
                              tensor.dtype)
 
     def _split(self, tensor, axis=0):
-        """`[..., K * N, ...]` -> `[..., K, N, ...]` at `axis`."""
+        """`[..., K * N, ...]` -> `[..., K, N, ...]` at `axis` (N: a member's environments,
+        of training or of evaluation)."""
         shape = tf.shape(tensor)
         return tf.reshape(tensor, tf.concat(
-            [shape[:axis], [self.num_members, self.num_envs], shape[axis + 1:]], 0))
+            [shape[:axis], [self.num_members, -1], shape[axis + 1:]], 0))
 
     def _merge(self, tensor, axis=0):
         """The inverse of `_split`."""

@@ -1,0 +1,189 @@
+"""Tests the run loop's populations (`train.population`): each member an ordinary run of its
+seed, alike to the lone run of that seed; resume; faults named by member."""
+
+import functools
+import glob
+import os
+import tempfile
+
+import gin
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from agents.algorithms import registry  # noqa: F401 (registers PPO)
+from agents.runs import loop, metrics, restore, run_config, run_dir
+
+CONFIG = """
+train.algorithm = @PPO
+train.env_id = 'Pendulum-v1'
+train.env_backend = 'native'
+
+PPO.discount = 0.9
+PPO.learning_rate = 1e-3
+PPO.num_epochs = 4
+PPO.num_minibatches = 4
+"""
+# 256 steps per iteration and member: evaluations at 1024, 2048 and 2560 (the end); stopped at
+# STOP, a run stops at 1536.
+SETTINGS = dict(num_envs=8, rollout_length=32, eval_every_steps=1000, eval_episodes=2,
+                jit_compile=False)
+STEPS = 2560
+STOP = 1300
+SEEDS = (5, 6)
+EVALUATIONS = [1024, 2048, 2560]
+RESULTS = ('step', 'mean_return', 'std_return', 'episodes', 'mean_length')
+
+
+def _dir(name):
+    return os.path.join(tempfile.mkdtemp(prefix=f'{name}-', dir=absltest.TEST_TMPDIR.value),
+                        'run')
+
+
+def _member(logdir, index):
+    return os.path.join(logdir, run_dir.MEMBER_DIR.format(index))
+
+
+def _records(logdir):
+    return metrics.evaluations(os.path.join(logdir, loop.METRICS_FILE))
+
+
+@functools.cache
+def runs():
+    """A population of SEEDS and the lone runs of the same seeds: (population logdir, [lone
+    logdirs]). Read-only."""
+    population = _dir('population')
+    with _config():
+        loop.train(population, total_steps=STEPS, population=len(SEEDS), seed=SEEDS[0],
+                   **SETTINGS)
+        lone = []
+        for seed in SEEDS:
+            lone.append(_dir(f'lone-{seed}'))
+            loop.train(lone[-1], total_steps=STEPS, seed=seed, **SETTINGS)
+    return population, lone
+
+
+class _config:
+    """Gin holds CONFIG inside the context, and again after it (as setUp leaves it)."""
+
+    def __enter__(self):
+        gin.clear_config()
+        gin.parse_config(CONFIG)
+
+    def __exit__(self, *unused):
+        gin.clear_config()
+        gin.parse_config(CONFIG)
+
+
+class PopulationRunTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        gin.clear_config()
+        gin.parse_config(CONFIG)
+        self.addCleanup(gin.clear_config)
+
+    def test_each_member_is_the_run_of_its_seed(self):
+        population, lone = runs()
+        # No run file at the top: tools that look for runs find the members.
+        self.assertEqual(sorted(os.listdir(population)), ['member-0', 'member-1'])
+        for index, seed in enumerate(SEEDS):
+            member = _member(population, index)
+            for name in (run_config.CONFIG_FILE, run_config.OPERATIVE_CONFIG_FILE):
+                with open(os.path.join(member, name), encoding='utf-8') as f:
+                    text = f.read()
+                self.assertIn(f'train.seed = {seed}\n', text, name)
+                self.assertNotIn('train.population', text, name)
+            self.assertTrue(glob.glob(os.path.join(member, 'events.out.tfevents.*')))
+            records = _records(member)
+            alone = _records(lone[index])
+            self.assertEqual([record['step'] for record in records], EVALUATIONS)
+            self.assertEqual([record['step'] for record in alone], EVALUATIONS)
+            # The same run up to float rounding (batched matmuls round otherwise).
+            np.testing.assert_allclose([record['mean_return'] for record in records],
+                                       [record['mean_return'] for record in alone],
+                                       rtol=1e-3, err_msg=f'member {index}')
+            for record in records:
+                self.assertEqual(record['episodes'], SETTINGS['eval_episodes'])
+            # The member's checkpoint and policy read as a lone run's.
+            restored = restore.restore_agent(member)
+            expected = restore.restore_agent(lone[index])
+            self.assertEqual(restored.step, STEPS)
+            for mine, theirs in zip(restored.agent.policy.trainable_variables,
+                                    expected.agent.policy.trainable_variables, strict=True):
+                np.testing.assert_allclose(mine.numpy(), theirs.numpy(), atol=1e-3)
+            self.assertEqual(sorted(os.listdir(os.path.join(member, 'policy'))),
+                             sorted(os.listdir(os.path.join(lone[index], 'policy'))))
+        first, second = (_records(_member(population, index)) for index in (0, 1))
+        self.assertNotEqual(first[-1]['mean_return'], second[-1]['mean_return'])
+
+    def test_a_stopped_population_resumes_from_the_step_every_member_saved(self):
+        logdir = _dir('stopped')
+        kwargs = dict(total_steps=STEPS, population=len(SEEDS), seed=SEEDS[0], **SETTINGS)
+        last = loop.train(logdir, stop_at_step=STOP, **kwargs)
+        self.assertEqual(last['step'], 1536)
+        # As if killed between the members' saves of step 1536: member-1 kept 1024 only.
+        state = os.path.join(_member(logdir, 1), 'checkpoints', 'checkpoint')
+        with open(state, encoding='utf-8') as f:
+            lines = f.read().splitlines()
+        timestamps = [line for line in lines if line.startswith('all_model_checkpoint_time')]
+        with open(state, 'w', encoding='utf-8') as f:
+            f.write('\n'.join(['model_checkpoint_path: "ckpt-1024"',
+                               'all_model_checkpoint_paths: "ckpt-1024"', timestamps[0]]
+                              + [line for line in lines if line.startswith('last_')]) + '\n')
+        for path in glob.glob(os.path.join(_member(logdir, 1), 'checkpoints', 'ckpt-1536*')):
+            os.remove(path)
+        with loop.training_run(logdir, **kwargs) as run:
+            with self.assertLogs(level='WARNING') as logs:
+                restored = run.restore()
+            self.assertEqual(restored, os.path.join(_member(logdir, 0), 'checkpoints',
+                                                    'ckpt-1024'))
+            self.assertEqual(int(run.env_steps), 1024)
+            self.assertIn('the population resumes from 1024', '\n'.join(logs.output))
+            run.run()
+        population, _ = runs()
+        for index in range(len(SEEDS)):
+            records = _records(_member(logdir, index))
+            self.assertEqual([record['step'] for record in records], EVALUATIONS)
+            # The evaluation of 1024 was logged before the stop and is the same run's.
+            uninterrupted = _records(_member(population, index))[0]
+            self.assertEqual({key: records[0][key] for key in RESULTS},
+                             {key: uninterrupted[key] for key in RESULTS})
+
+    def test_a_nonfinite_member_is_named(self):
+        logdir = _dir('nonfinite')
+        with loop.training_run(logdir, total_steps=STEPS, population=len(SEEDS), seed=SEEDS[0],
+                               **dict(SETTINGS, jit_compile=True)) as run:
+            # Member 1 acts NaN: under XLA the environments take it (no checks), and its
+            # observations go non-finite while member 0's stay finite.
+            log_std = run._agent._stacked(run._agent.members[0].policy.log_std)
+            log_std.assign(tf.tensor_scatter_nd_update(log_std, [[1]], [[np.nan]]))
+            with self.assertRaisesRegex(
+                    loop.NonFiniteError,
+                    r'non-finite observation from the environments \[0, 1, 2, 3, 4, 5, 6, 7\] '
+                    r'of member-1 in the iteration that ended at step 256; its update was '
+                    r'undone and the run stopped; no checkpoint was saved'):
+                run.run()
+            # Member 0's update stood; member 1's was undone.
+            self.assertEqual(run._agent.state['update_count'].numpy().tolist(), [1, 0])
+
+    def test_configuration_errors(self):
+        for arguments, message in (
+                (dict(env_backend='gymnasium', env_mode='in_process'),
+                 "train.population > 1 needs train.env_backend = 'native'"),
+                (dict(population=0), 'train.population must be a positive integer'),
+        ):
+            settings = dict(SETTINGS, population=2)
+            settings.update(arguments)
+            with self.assertRaisesRegex(run_config.ConfigError, message):
+                with loop.training_run(_dir('error'), total_steps=STEPS, **settings):
+                    pass
+        gin.parse_config('train.algorithm = @A2C')
+        with self.assertRaisesRegex(run_config.ConfigError,
+                                    'train.population = 2: A2C does not train as a population'):
+            with loop.training_run(_dir('error'), total_steps=STEPS, population=2, **SETTINGS):
+                pass
+
+
+if __name__ == '__main__':
+    absltest.main()
