@@ -50,6 +50,9 @@ EVAL_SEED_OFFSET = 1_000_000  # As BatchPPO's trainer: eval envs never share see
 flags.DEFINE_string('config', None, 'JSON object with the keys of SETTINGS.')
 flags.DEFINE_string('logdir', None, 'Where metrics.jsonl is written.')
 flags.DEFINE_integer('seed', 0, 'Seed of training (and, offset, of evaluation).')
+flags.DEFINE_integer('num_seeds', 1, 'Seeds trained at once in one program (jax.vmap over the '
+                     'training, as PureJaxRL does); metrics.jsonl then holds the aggregate '
+                     'steps/s and each seed\'s final return.', lower_bound=1)
 FLAGS = flags.FLAGS
 
 
@@ -147,28 +150,39 @@ def main(argv):
     os.makedirs(FLAGS.logdir, exist_ok=True)
     algo, total = make_algo(settings)
     rng = jax.random.PRNGKey(FLAGS.seed)
+    population = FLAGS.num_seeds > 1
+    if population:
+        rng = jax.random.split(rng, FLAGS.num_seeds)
     began = time.monotonic()
-    train = jax.jit(algo.train).lower(rng).compile()
+    train = jax.jit(jax.vmap(algo.train) if population else algo.train).lower(rng).compile()
     compiled = time.monotonic()
     train_state, _ = jax.block_until_ready(train(rng))
     trained = time.monotonic()
     compile_s, train_s = compiled - began, trained - compiled
-    print(f'rejax: {total} steps; compile {compile_s:.2f} s, train {train_s:.2f} s '
-          f'({total / train_s:.0f} steps/s)', flush=True)
-    returns, lengths = jax.device_get(evaluate(
-        algo, train_state, jax.random.PRNGKey(FLAGS.seed + EVAL_SEED_OFFSET),
-        settings['eval_episodes']))
+    steps = total * FLAGS.num_seeds
+    print(f'rejax: {FLAGS.num_seeds} x {total} steps; compile {compile_s:.2f} s, train '
+          f'{train_s:.2f} s ({steps / train_s:.0f} steps/s)', flush=True)
+    states = ([jax.tree_util.tree_map(lambda leaf, k=k: leaf[k], train_state)
+               for k in range(FLAGS.num_seeds)] if population else [train_state])
+    results = [jax.device_get(evaluate(
+        algo, state, jax.random.PRNGKey(FLAGS.seed + EVAL_SEED_OFFSET + k),
+        settings['eval_episodes'])) for k, state in enumerate(states)]
+    returns = np.concatenate([member_returns for member_returns, _ in results])
+    lengths = np.concatenate([member_lengths for _, member_lengths in results])
     record = {
         'step': total,
         'mean_return': float(np.mean(returns)),
         'std_return': float(np.std(returns)),
         'episodes': int(len(returns)),
         'mean_length': float(np.mean(lengths)),
-        'env_steps_per_sec': total / train_s,
+        'env_steps_per_sec': steps / train_s,  # Of all seeds together.
         'wall_time_s': compile_s + train_s,
         'compile_s': compile_s,
         'train_s': train_s,
     }
+    if population:
+        record['member_returns'] = [float(np.mean(member_returns))
+                                    for member_returns, _ in results]
     with open(os.path.join(FLAGS.logdir, 'metrics.jsonl'), 'a', encoding='utf-8') as f:
         f.write(json.dumps(record) + '\n')
     print(f'rejax: final evaluation {record["mean_return"]:.1f} over {len(returns)} episodes '

@@ -352,6 +352,36 @@ class HalvingSweepTest(absltest.TestCase):
             self.assertIn('Sensitivity to PPO.learning_rate at 512 env steps', f.read())
 
 
+class PopulationReportTest(absltest.TestCase):
+    """A population trained by the train binary (`train.population`) reads as runs of one
+    configuration, one per member."""
+
+    def test_members_are_runs_of_one_configuration(self):
+        tmp = self.create_tempdir().full_path
+        logdir = os.path.join(tmp, 'population')
+        trained = script_testing.run_script(
+            'train', '--gin_file=configs/pendulum_native.gin', f'--logdir={logdir}',
+            '--gin_bindings=train.population = 3', '--gin_bindings=train.jit_compile = False',
+            '--gin_bindings=train.total_steps = 512', '--gin_bindings=train.num_envs = 4',
+            '--gin_bindings=train.rollout_length = 64', '--gin_bindings=train.eval_episodes = 1',
+            '--gin_bindings=train.eval_every_steps = 256', '--gin_bindings=PPO.num_minibatches = 4')
+        self.assertEqual(trained.returncode, 0, trained.stderr[-3000:])
+        output = os.path.join(tmp, 'report')
+        with flagsaver.flagsaver(input=logdir, output_dir=output, videos=False, **FAST):
+            self.assertEqual(report.main(['report', IN_PROCESS]), 0)
+        written = read_json(os.path.join(output, 'report.json'))
+        self.assertLen(written['configurations'], 1)
+        configuration = written['configurations'][0]
+        self.assertEqual(sorted(configuration['runs']), ['member-0', 'member-1', 'member-2'])
+        self.assertEqual(sorted(configuration['seeds']), [0, 1, 2])
+        finals = {}
+        for member in range(3):
+            with open(os.path.join(logdir, f'member-{member}', 'metrics.jsonl'),
+                      encoding='utf-8') as f:
+                finals[member] = [json.loads(line) for line in f][-1]['mean_return']
+        self.assertEqual(sorted(configuration['scores']), sorted(finals.values()))
+
+
 class RenderVideoTest(absltest.TestCase):
 
     SETTINGS = report_data.Settings('/in', '/out', seed=7, video_max_steps=9, video_size=99)

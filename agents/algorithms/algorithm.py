@@ -18,6 +18,12 @@ The rollout `batch` that `update` trains on is time-major, `T` steps of `num_env
 environments: observ, action, reward, terminated, truncated, next_observ (the observation after
 the step; at an episode's end its final one) and `extras`, what `act` returned, stacked over
 time.
+
+A population (`train.population`; agents/algorithms/registry.py's POPULATIONS names the class of
+an algorithm's populations, e.g. ppo/population.py) is an Algorithm over K blocks of
+environments, one per member, whose `update` returns [K] metrics; it also has `members` (K lone
+agents: what each member's run directory checkpoints and exports), `to_members()` and
+`from_members()` (copying its state into them and back) and `undo_members(undo, pairs)`.
 """
 
 import tensorflow as tf

@@ -20,6 +20,12 @@ episodes in flight, which a resumed run continues; Gymnasium's environments live
 processes, so their episodes restart. Each evaluation reseeds its environments from the run's
 seed and its step, so it is a function of the weights and the step alone.
 
+A population (`population=K`, native backend) trains K members in the same compiled calls, one
+block of environments each; each member's run is an ordinary run directory, `<logdir>/member-<k>/`,
+written as above (its configuration: the population's with the member's seed), and the steps it
+counts are its own. A resumed population restores every member from the newest step all of them
+saved, and starts new training episodes.
+
 `run(stop_at_step=N)` (the trainer's `--stop_at_step`, not part of the configuration) stops at
 the first iteration end at or past N with an evaluation and a save as at the end of a run; a
 rerun without it (or with a later one) goes on with the same schedules, which `total_steps`
@@ -59,6 +65,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorflow.python import pywrap_tfe
 
 from agents.algorithms import algorithm as algorithm_lib
@@ -103,8 +110,8 @@ CALL_SECONDS = 1.0
 # A lone run of at most this many environments compiles without XLA by default (measured at
 # 16: XLA's compilation delays the first returns more than it speeds the iterations).
 SMALL_RUN_ENVS = 64
-# The binding that makes a population, which its members' configurations do not have.
-POPULATION_BINDING = 'train.population'
+# The bindings that make a population, which its members' configurations do not have.
+POPULATION_BINDINGS = ('train.population', 'train.population_members')
 # Steps of the evaluation environments per compiled call (Gymnasium backend).
 _EVAL_CHUNK = 100
 
@@ -175,6 +182,7 @@ def training_run(logdir,
           on_nonfinite='stop',
           iterations_per_call=None,
           population=1,
+          population_members=None,
           seed=0):
     """Builds the environments, the algorithm and the `TrainingRun` of `algorithm` on `env_id`.
 
@@ -235,6 +243,11 @@ def training_run(logdir,
         `num_envs` environments and with its own `eval_episodes`; each member's run is an
         ordinary run in `<logdir>/member-<k>/` (its configuration: this one with its seed), and
         `total_steps` is each member's budget.
+      population_members: the K members' own bindings, a list of dicts, e.g. `[{'train.seed':
+        3, 'PPO.learning_rate': 1e-3}, ...]`: `train.seed` (default `seed` + k) and the
+        hyperparameters in which members may differ (the population class's SCALARS, e.g.
+        PPO's learning_rate, clip_ratio, entropy_coef, discount and gae_lambda). None: seeds
+        alone.
       seed: seeds environments, network initialization and sampling.
     """
     _check_algorithm(algorithm)
@@ -295,7 +308,13 @@ def training_run(logdir,
     if optimize_graphs is None:
         optimize_graphs = not native
     tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': not optimize_graphs})
-    seeds = [seed + member for member in range(population)] if population > 1 else seed
+    members = None
+    if population > 1:
+        members, member_bindings = _population_members(
+            population, population_members, seed, algorithm, population_class)
+    elif population_members is not None:
+        raise run_config.ConfigError('train.population_members needs train.population > 1')
+    seeds = [member['seed'] for member in members] if members else seed
     with environments.Environments(
             env_id, env_backend, num_envs, eval_episodes, seeds, env_kwargs=env_kwargs,
             wrappers=wrappers, mode=env_mode, num_workers=num_workers, native_dtype=native_dtype,
@@ -304,17 +323,14 @@ def training_run(logdir,
             build_algorithm, algorithm, envs.training.observation_space,
             envs.training.action_space, num_envs,
             lr_anneal_updates=num_iterations if anneal_learning_rate else None)
-        member_bindings = None
-        if population > 1:
+        if members:
             try:
-                agent = population_class(
-                    make_member=make_agent, members=[{'seed': value} for value in seeds])
+                agent = population_class(make_member=make_agent, members=members)
             except ValueError as error:
                 raise run_config.ConfigError(
                     f'train.population = {population}: {error}') from error
-            member_bindings = [{'train.seed': value} for value in seeds]
         else:
-            agent = make_agent(seed=seed)
+            agent, member_bindings = make_agent(seed=seed), None
         yield TrainingRun(logdir, agent, envs.training, envs.evaluation, rollout_length,
                           total_steps, eval_every_steps, checkpoints_to_keep, log_every_secs,
                           make_train_env=envs.make_training, on_env_failure=on_env_failure,
@@ -322,6 +338,37 @@ def training_run(logdir,
                           seed=seeds, jit_compile=jit_compile,
                           iterations_per_call=iterations_per_call,
                           member_bindings=member_bindings)
+
+
+def _population_members(population, population_members, seed, algorithm, population_class):
+    """The members' arguments of `population_class` and their gin bindings (see
+    `train.population_members`); raises a ConfigError naming what is wrong."""
+    if population_members is None:
+        population_members = [{} for _ in range(population)]
+    if not isinstance(population_members, list | tuple) or len(population_members) != population:
+        raise run_config.ConfigError(
+            f'train.population_members must be a list of {population} dicts (one per member of '
+            f'train.population = {population}), got {population_members!r}')
+    name = getattr(algorithm, '__name__', str(algorithm))
+    allowed = {'train.seed'} | {f'{name}.{scalar}' for scalar in population_class.SCALARS}
+    members, bindings = [], []
+    for index, overrides in enumerate(population_members):
+        unknown = sorted(set(overrides) - allowed) if isinstance(overrides, dict) else None
+        if unknown is None or unknown:
+            raise run_config.ConfigError(
+                f'train.population_members[{index}] is {overrides!r}: a member may bind only '
+                f'{", ".join(sorted(allowed))}')
+        member_seed = overrides.get('train.seed', seed + index)
+        if not _is_int(member_seed) or member_seed < 0:
+            raise run_config.ConfigError(
+                f'train.population_members[{index}]: train.seed must be a non-negative integer, '
+                f'got {member_seed!r}')
+        members.append({'seed': member_seed, **{
+            key.split('.', 1)[1]: value for key, value in overrides.items()
+            if key != 'train.seed'}})
+        bindings.append({'train.seed': member_seed, **{
+            key: value for key, value in overrides.items() if key != 'train.seed'}})
+    return members, bindings
 
 
 def _is_int(value):
@@ -692,22 +739,7 @@ class TrainingRun:
                 seconds_per_iteration = seconds / len(iterations)
             steps = self._step = int(self.env_steps)
             steps_per_sec = (steps - start_steps) / max(train_seconds, 1e-9)
-            for member, run in enumerate(self._runs):
-                with self._writing(f'the summaries in {run.logdir}'):
-                    for index, iteration in enumerate(iterations):
-                        with run.writer.as_default(step=steps - (len(iterations) - 1 - index)
-                                                   * self._steps_per_iteration):
-                            for name, value in iteration.metrics.items():
-                                if not iteration.dropped[member]:
-                                    tf.summary.scalar(f'train/{name}', value[member])
-                            if iteration.episodes[member]:
-                                tf.summary.scalar(
-                                    'train/episode_return',
-                                    iteration.return_sum[member] / iteration.episodes[member])
-                                tf.summary.scalar(
-                                    'train/episode_length',
-                                    iteration.length_sum[member] / iteration.episodes[member])
-                            tf.summary.scalar('train/env_steps_per_sec', steps_per_sec)
+            self._write_iteration_summaries(iterations, steps, steps_per_sec)
             for iteration in iterations:
                 episodes[0] += int(iteration.episodes.sum())
                 episodes[1] += float(iteration.return_sum.sum())
@@ -748,6 +780,31 @@ class TrainingRun:
                          _format_return(latest['mean_return']))
         self._flush_summaries()
         return latest
+
+    def _write_iteration_summaries(self, iterations, steps, steps_per_sec):
+        """Each run's TensorBoard scalars of the iterations of a call (the last ending at
+        `steps`), written by one compiled call per run: written one by one from Python, a
+        population's scalars took longer than its iterations."""
+        names = [f'train/{name}' for name in iterations[0].metrics] + [
+            'train/episode_return', 'train/episode_length', 'train/env_steps_per_sec']
+        # [iterations, members, names]; NaN: not written (an undone update's metrics, the
+        # returns of an iteration where no episode ended).
+        values = np.full([len(iterations), self._num_members, len(names)], np.nan, np.float32)
+        for index, iteration in enumerate(iterations):
+            kept = ~iteration.dropped
+            for column, value in enumerate(iteration.metrics.values()):
+                values[index, kept, column] = value[kept]
+            ended = iteration.episodes > 0
+            count = np.maximum(iteration.episodes, 1)
+            values[index, ended, -3] = (iteration.return_sum / count)[ended]
+            values[index, ended, -2] = (iteration.length_sum / count)[ended]
+            values[index, :, -1] = steps_per_sec
+        ends = steps - self._steps_per_iteration * np.arange(len(iterations))[::-1]
+        for member, run in enumerate(self._runs):
+            with self._writing(f'the summaries in {run.logdir}'):
+                if run.write_scalars is None or run.write_scalars.names != names:
+                    run.write_scalars = _ScalarWriter(run.writer, names)
+                run.write_scalars(tf.constant(ends, tf.int64), tf.constant(values[:, member]))
 
     def _eval_due(self, previous_steps, steps):
         """Whether the iteration from `previous_steps` to `steps` ends with an evaluation.
@@ -1377,13 +1434,47 @@ class _RunDirectory:
         self.corrupt = False  # Whether recovery moved a broken checkpoint aside.
         self.writer = None  # Made by `TrainingRun.run`: nothing is written before.
         self.exporter = None
+        self.write_scalars = None  # A _ScalarWriter, once the names of the scalars are known.
         self.skipped_batches = 0
 
     def configured(self, config):
         """`config` (the population's, as gin writes it) as this run's own."""
         if self.config is None:
             return config
-        return run_config.with_bindings(config, self.config, remove=(POPULATION_BINDING,))
+        return run_config.with_bindings(config, self.config, remove=POPULATION_BINDINGS)
+
+
+# What marks a summary as a scalar for TensorBoard (as `tf.summary.scalar` writes it).
+_SCALAR_METADATA = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+
+
+class _ScalarWriter:
+    """Writes the scalars `values` [N, len(names)] of N steps to `writer` in one compiled call,
+    skipping NaNs."""
+
+    def __init__(self, writer, names):
+        self.names = list(names)
+        self._writer = writer
+        # Any number of steps, one program.
+        self._write = tf.function(self._graph, autograph=False, input_signature=[
+            tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, len(names)], tf.float32)])
+
+    def __call__(self, steps, values):
+        self._write(steps, values)
+
+    def _graph(self, steps, values):
+        with self._writer.as_default():
+            def body(index):
+                for column, name in enumerate(self.names):
+                    value = values[index, column]
+                    # `tf.summary.write` keeps the tag as given (`tf.summary.scalar` would
+                    # prefix the loop's and the condition's name scopes).
+                    tf.cond(tf.math.is_nan(value), lambda: tf.constant(False),
+                            lambda name=name, value=value: tf.summary.write(
+                                name, value, step=steps[index], metadata=_SCALAR_METADATA))
+                return index + 1
+
+            tf.while_loop(lambda index: index < tf.shape(steps)[0], body, [tf.constant(0)])
 
 
 class _Heartbeat:

@@ -117,6 +117,34 @@ class PopulationRunTest(absltest.TestCase):
         first, second = (_records(_member(population, index)) for index in (0, 1))
         self.assertNotEqual(first[-1]['mean_return'], second[-1]['mean_return'])
 
+    def test_changing_one_members_learning_rate_leaves_the_others_unchanged(self):
+        population, _ = runs()
+        changed = _dir('changed')
+        loop.train(changed, total_steps=STEPS, population=len(SEEDS), seed=SEEDS[0],
+                   population_members=[{}, {'PPO.learning_rate': 3e-3}], **SETTINGS)
+        # Member 0's run is the same bit for bit: evaluations, checkpoint.
+        self.assertEqual([{key: record[key] for key in RESULTS}
+                          for record in _records(_member(changed, 0))],
+                         [{key: record[key] for key in RESULTS}
+                          for record in _records(_member(population, 0))])
+        mine = tf.train.load_checkpoint(os.path.join(_member(changed, 0), 'checkpoints',
+                                                     f'ckpt-{STEPS}'))
+        theirs = tf.train.load_checkpoint(os.path.join(_member(population, 0), 'checkpoints',
+                                                       f'ckpt-{STEPS}'))
+        names = [name for name in mine.get_variable_to_shape_map()
+                 if name.startswith('agent/')]
+        self.assertGreater(len(names), 20)
+        for name in names:
+            np.testing.assert_array_equal(mine.get_tensor(name), theirs.get_tensor(name), name)
+        # Member 1 learned otherwise, and its configuration says why.
+        self.assertNotEqual(_records(_member(changed, 1))[-1]['mean_return'],
+                            _records(_member(population, 1))[-1]['mean_return'])
+        with open(os.path.join(_member(changed, 1), run_config.CONFIG_FILE),
+                  encoding='utf-8') as f:
+            config = f.read()
+        self.assertIn('PPO.learning_rate = 0.003\n', config)
+        self.assertNotIn('population', config)
+
     def test_a_stopped_population_resumes_from_the_step_every_member_saved(self):
         logdir = _dir('stopped')
         kwargs = dict(total_steps=STEPS, population=len(SEEDS), seed=SEEDS[0], **SETTINGS)
@@ -177,6 +205,16 @@ class PopulationRunTest(absltest.TestCase):
             settings.update(arguments)
             with self.assertRaisesRegex(run_config.ConfigError, message):
                 with loop.training_run(_dir('error'), total_steps=STEPS, **settings):
+                    pass
+        for members, message in (
+                ([{}], r'train.population_members must be a list of 2 dicts'),
+                ([{}, {'PPO.value_coef': 1.0}], r'train.population_members\[1\] is .* a member '
+                 r'may bind only PPO.clip_ratio, PPO.discount, PPO.entropy_coef, '
+                 r'PPO.gae_lambda, PPO.learning_rate, train.seed'),
+                ([{}, {'train.seed': -1}], r'train.seed must be a non-negative integer')):
+            with self.assertRaisesRegex(run_config.ConfigError, message):
+                with loop.training_run(_dir('error'), total_steps=STEPS, population=2,
+                                       population_members=members, **SETTINGS):
                     pass
         gin.parse_config('train.algorithm = @A2C')
         with self.assertRaisesRegex(run_config.ConfigError,

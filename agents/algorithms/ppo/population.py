@@ -37,6 +37,7 @@ class PPOPopulation(algorithm.Algorithm):
     """
 
     NONFINITE_QUANTITIES = ppo.NONFINITE_QUANTITIES
+    SCALARS = SCALARS
 
     def __init__(self, make_member, members, name=None):
         """Builds the members and the stacked state.
