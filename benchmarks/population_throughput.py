@@ -151,6 +151,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='population-throughput-')
+    os.makedirs(workdir, exist_ok=True)
     task = train_throughput.TASKS['pendulum_native']
     settings, _, _ = train_throughput.shared_settings(task, BUDGET)
     peers_python = train_throughput.peers_python()

@@ -721,7 +721,6 @@ class TrainingRun:
         first_iteration = True
         seconds_per_iteration = None  # Of the last call, once one ran without compiling.
         episodes = [0, 0.0]  # Training episodes ended since the last progress line, their return.
-        self._steps_per_sec = None  # Of a member, for the progress line.
         while int(self.env_steps) < target:
             self._check_signals()
             _clear_scalar_cache()
