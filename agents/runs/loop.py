@@ -686,7 +686,7 @@ class TrainingRun:
     def _run(self, stop_at_step):
         for run in self._runs:
             with self._writing(f'the logdir {run.logdir}'):
-                if run.config is not None:
+                if run.bindings is not None:
                     self._write_member_config(run)
                 removed = recovery.clean_partial_writes(
                     run.logdir, run.checkpoint_dir, run.policy_dir)
@@ -1426,7 +1426,7 @@ class _RunDirectory:
         self.seed = seed
         self.checkpoint = checkpoint
         self.name = name
-        self.config = bindings
+        self.bindings = bindings
         self.checkpoint_dir = os.path.join(logdir, CHECKPOINT_DIR)
         self.policy_dir = os.path.join(logdir, policy_export.POLICY_DIR)
         self.manager = None  # Made by `TrainingRun.restore`, once the checkpoints are recovered.
@@ -1438,9 +1438,9 @@ class _RunDirectory:
 
     def configured(self, config):
         """`config` (the population's, as gin writes it) as this run's own."""
-        if self.config is None:
+        if self.bindings is None:
             return config
-        return run_config.with_bindings(config, self.config, remove=POPULATION_BINDINGS)
+        return run_config.with_bindings(config, self.bindings, remove=POPULATION_BINDINGS)
 
 
 # What marks a summary as a scalar for TensorBoard (as `tf.summary.scalar` writes it).

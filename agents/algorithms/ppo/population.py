@@ -415,42 +415,12 @@ class PPOPopulation(algorithm.Algorithm):
         return metrics
 
     def _loss(self, minibatch):
-        """PPO-clip's objective (`PPO.loss`) of each member's minibatch [K, M, ...]: ([K] losses,
-        {name: [K]})."""
-        template = self._template
-        clip_ratio = self.scalars['clip_ratio'][:, None]
-        policy = self._distribution(self._policy_params(minibatch['observ']))
-        old_policy = self._distribution(minibatch['policy_params'])
-        log_ratio = policy.log_prob(minibatch['action']) - minibatch['log_prob']
-        ratio = tf.exp(log_ratio)
-        kl = old_policy.kl_divergence(policy)
-        advantage = minibatch['advantage']
-        if template._normalize_advantages:
-            mean, variance = tf.nn.moments(advantage, axes=[1], keepdims=True)
-            advantage = (advantage - mean) / (tf.sqrt(variance) + 1e-8)
-        clipped_ratio = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
-        policy_loss = -tf.reduce_mean(
-            tf.minimum(ratio * advantage, clipped_ratio * advantage), axis=1)
-        value = self._value(minibatch['observ'])
-        value_error = tf.square(value - minibatch['return'])
-        if template._value_clip:
-            clipped_value = minibatch['value'] + tf.clip_by_value(
-                value - minibatch['value'], -template._value_clip, template._value_clip)
-            value_error = tf.maximum(value_error, tf.square(clipped_value - minibatch['return']))
-        value_loss = 0.5 * tf.reduce_mean(value_error, axis=1)
-        entropy = tf.reduce_mean(policy.entropy(), axis=1)
-        loss = (policy_loss + template._value_coef * value_loss
-                - self.scalars['entropy_coef'] * entropy)
-        return loss, {
-            'loss': loss,
-            'policy_loss': policy_loss,
-            'value_loss': value_loss,
-            'entropy': entropy,
-            'kl': tf.reduce_mean(kl, axis=1),
-            'approx_kl': tf.reduce_mean(ratio - 1.0 - log_ratio, axis=1),
-            'clip_fraction': tf.reduce_mean(
-                tf.cast(tf.abs(ratio - 1.0) > clip_ratio, tf.float32), axis=1),
-        }
+        """PPO-clip's objective (`PPO.objective`) of each member's minibatch [K, M, ...]: ([K]
+        losses, {name: [K]})."""
+        return self._template.objective(
+            self._distribution(self._policy_params(minibatch['observ'])),
+            self._value(minibatch['observ']), minibatch,
+            self.scalars['clip_ratio'][:, None], self.scalars['entropy_coef'], axis=1)
 
     def _adam(self, gradients, apply):
         """Keras' Adam step (keras.optimizers.Adam.update_step) for the members in `apply`."""

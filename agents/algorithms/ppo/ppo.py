@@ -289,20 +289,33 @@ class PPO(actor_critic.ActorCritic):
     def loss(self, minibatch, initial_state):
         """The whole PPO objective for one minibatch of chunks `[L, M, ...]`: (loss, metrics)."""
         params = self.policy.sequence(minibatch['observ'], initial_state, minibatch['reset'])
-        policy = self.policy.distribution(params)
+        return self.objective(
+            self.policy.distribution(params), self.value(minibatch['observ']), minibatch,
+            self._clip_ratio, self._entropy_coef)
+
+    def objective(self, policy, value, minibatch, clip_ratio, entropy_coef, axis=None):
+        """PPO's objective of `policy` and `value` (what the networks give for the minibatch's
+        observations): (loss, metrics), each the mean over `axis` (None: every axis). With
+        `axis`, the other leading axis indexes agents trained together (a population's members:
+        ppo/population.py), whose `clip_ratio` and `entropy_coef` broadcast against it.
+        """
         old_policy = self.policy.distribution(minibatch['policy_params'])
         log_ratio = policy.log_prob(minibatch['action']) - minibatch['log_prob']
         ratio = tf.exp(log_ratio)
         kl = old_policy.kl_divergence(policy)  # [L, M]
         advantage = minibatch['advantage']
         if self._normalize_advantages:
-            mean, variance = tf.nn.moments(advantage, axes=[0, 1])
+            mean, variance = tf.nn.moments(advantage, axes=[0, 1] if axis is None else [axis],
+                                           keepdims=axis is not None)
             advantage = (advantage - mean) / (tf.sqrt(variance) + 1e-8)
+
+        def average(tensor):
+            return tf.reduce_mean(tensor, axis=axis)
 
         surrogate = ratio * advantage
         if self._objective == 'clipped':
-            clipped_ratio = tf.clip_by_value(ratio, 1.0 - self._clip_ratio, 1.0 + self._clip_ratio)
-            policy_loss = -tf.reduce_mean(tf.minimum(surrogate, clipped_ratio * advantage))
+            clipped_ratio = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+            policy_loss = -average(tf.minimum(surrogate, clipped_ratio * advantage))
         else:
             # batch-ppo: adaptive penalty on the KL plus a steep quadratic cost on every sequence
             # whose mean KL exceeds the cutoff, which catches the rare very large policy steps.
@@ -311,25 +324,23 @@ class PPO(actor_critic.ActorCritic):
             policy_loss = (-tf.reduce_mean(surrogate) + self.kl_penalty * tf.reduce_mean(kl) +
                            self._kl_cutoff_coef * tf.reduce_mean(tf.square(excess)))
 
-        value = self.value(minibatch['observ'])
         value_error = tf.square(value - minibatch['return'])
         if self._value_clip:
             clipped_value = minibatch['value'] + tf.clip_by_value(
                 value - minibatch['value'], -self._value_clip, self._value_clip)
             value_error = tf.maximum(value_error, tf.square(clipped_value - minibatch['return']))
-        value_loss = 0.5 * tf.reduce_mean(value_error)
+        value_loss = 0.5 * average(value_error)
 
-        entropy = tf.reduce_mean(policy.entropy())
-        loss = policy_loss + self._value_coef * value_loss - self._entropy_coef * entropy
+        entropy = average(policy.entropy())
+        loss = policy_loss + self._value_coef * value_loss - entropy_coef * entropy
         metrics = {
             'loss': loss,
             'policy_loss': policy_loss,
             'value_loss': value_loss,
             'entropy': entropy,
-            'kl': tf.reduce_mean(kl),
-            'approx_kl': tf.reduce_mean(ratio - 1.0 - log_ratio),
-            'clip_fraction': tf.reduce_mean(
-                tf.cast(tf.abs(ratio - 1.0) > self._clip_ratio, tf.float32)),
+            'kl': average(kl),
+            'approx_kl': average(ratio - 1.0 - log_ratio),
+            'clip_fraction': average(tf.cast(tf.abs(ratio - 1.0) > clip_ratio, tf.float32)),
         }
         return loss, metrics
 
