@@ -101,8 +101,11 @@ def prepare_output_dir(output_dir, spec, spec_text):
 
 
 def _trials_content(spec):
+    """The spec's content that decides its trials: not how long they may take, nor whether
+    they are packed into populations (a resumed sweep packs what it has left to train)."""
     content = spec.canonical()
-    del content['timeout_s']
+    for name in ('timeout_s', 'pack_populations', 'max_population'):
+        del content[name]
     return content
 
 
@@ -125,7 +128,8 @@ def _check_same_course(stored, spec, output_dir):
 
 
 class RunTrial(beam.DoFn):
-    """Trains one trial per element and logs the sweep's progress as trials finish."""
+    """Trains one trial, or one population of trials, per element and logs the sweep's
+    progress as trials finish."""
 
     def __init__(self, settings, trial_ids, started_at):
         self._settings = settings
@@ -144,15 +148,22 @@ class RunTrial(beam.DoFn):
             absl_logger.addHandler(handler)
 
     def process(self, work):
-        trial, stop_at_step = work
-        logging.info('Trial %s starting%s: seed %d, %s', trial.id,
-                     f' (to step {stop_at_step})' if stop_at_step else '', trial.seed,
-                     json.dumps(trial.bindings))
-        record = trial_lib.run(trial, self._settings, stop_at_step)
-        logging.info('Trial %s %s%s', trial.id, record['status'], _outcome(record))
+        unit, stop_at_step = work
+        to_step = f' (to step {stop_at_step})' if stop_at_step else ''
+        if isinstance(unit, trial_lib.Population):
+            logging.info('Population %s of %d trials starting%s: %s', unit.id, len(unit.trials),
+                         to_step, ', '.join(f'{trial.id} {json.dumps(trial.bindings)}'
+                                            for trial in unit.trials))
+            records = trial_lib.run_population(unit, self._settings, stop_at_step)
+        else:
+            logging.info('Trial %s starting%s: seed %d, %s', unit.id, to_step, unit.seed,
+                         json.dumps(unit.bindings))
+            records = [trial_lib.run(unit, self._settings, stop_at_step)]
+        for record in records:
+            logging.info('Trial %s %s%s', record['id'], record['status'], _outcome(record))
         logging.info('Sweep progress: %s', progress(
             self._settings.output_dir, self._trial_ids, self._started_at))
-        yield record
+        yield from records
 
 
 def _outcome(record):
@@ -270,7 +281,8 @@ def _csv_value(value):
 
 
 def build(pipeline, work, settings, trial_ids, started_at):
-    """A stage's pipeline: its trials, [(trial, stop_at_step)], spread and trained."""
+    """A stage's pipeline: its work, [(trial or population, stop_at_step)], spread and
+    trained."""
     # The results are gathered into one element: a runner then waits on every worker's output
     # and fails the pipeline as soon as one is lost (without a consumer, the portable runner
     # noticed a killed worker only minutes later).
@@ -390,9 +402,13 @@ def main(argv):
     # service; keep the first, with Beam's own chatter, at warnings.
     std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)
     started_at = time.time()
+    # Imported here: packing loads TensorFlow, which the Beam workers that import this module
+    # to run trials do not need.
+    from pipelines import packing
+    packer = packing.Packer(spec, output_dir, workers)
 
     def train(work):
-        train_stage(work, settings, options, FLAGS.pipeline_attempts)
+        train_stage(work, settings, options, FLAGS.pipeline_attempts, packer.pack)
 
     try:
         with contextlib.ExitStack() as stack:
@@ -442,27 +458,41 @@ def _missing(trial):
     return trial_lib.failed_record(trial, 'no result.json: the trial never finished')
 
 
-def train_stage(work, settings, options, attempts):
+def train_stage(work, settings, options, attempts, pack=list):
     """Trains [(trial, stop_at_step)] with Beam, rerunning the pipeline (only the trials it left
-    unfinished) while it fails; raises StageError after `attempts` failed runs."""
+    unfinished) while it fails; raises StageError after `attempts` failed runs.
+
+    `pack` turns the work into the pipeline's elements, trials and populations of them
+    (packing.Packer.pack); a rerun keeps the populations of the trials it left unfinished.
+    """
     started_at = time.time()
     trial_ids = [(trial.id, stop or settings.env_steps) for trial, stop in work]
-    pending = work
+    units = pack(work)
+    populations = sum(isinstance(unit, trial_lib.Population) for unit, _ in units)
+    if populations:
+        packed = sum(len(unit.trials) for unit, _ in units
+                     if isinstance(unit, trial_lib.Population))
+        logging.info('%d of %d trials packed into %d populations (each one trainer, one '
+                     'compiled program); %d alone.', packed, len(work), populations,
+                     len(work) - packed)
+    pending = units
     for attempt in range(1, attempts + 1):
         try:
             with beam.Pipeline(runner=default_runner(options), options=options) as pipeline:
                 build(pipeline, pending, settings, trial_ids, started_at)
             return
         except Exception as error:  # Runners raise their own types; Beam's message says why.
-            pending = split_work(settings, work, started_at)[1]
+            unfinished = {trial.id for trial, _ in split_work(settings, work, started_at)[1]}
+            pending = [(unit, stop) for unit, stop in units
+                       if any(trial.id in unfinished for trial in trial_lib.trials_of(unit))]
             reason = _first_line(error)
             if attempt == attempts:
                 raise StageError(f'the pipeline failed ({reason}) {attempt} times; '
-                                 f'{len(pending)} trials unfinished. Rerun the same command to '
+                                 f'{len(unfinished)} trials unfinished. Rerun the same command to '
                                  'resume them.') from None
             logging.warning('The pipeline failed (%s); %d trials unfinished: running them '
                             'again, each from its last checkpoint (attempt %d of %d).', reason,
-                            len(pending), attempt + 1, attempts)
+                            len(unfinished), attempt + 1, attempts)
 
 
 def split_work(settings, work, started_at=None):

@@ -22,6 +22,9 @@ A spec names the base gin files, fixed bindings, the per-trial budget, the seeds
       reduction_factor: 3                    # the top 1/3 of each rung go on
       metric: mean_return                    # a field of the trainer's metrics.jsonl
       mode: max
+    populations:                             # optional: how trials share a trainer
+      pack: true                             # the default; false trains every trial alone
+      max_members: 8                         # trials per population (default 8)
 
 Instead of grid and random, `search` proposes configurations with Optuna (pipelines/search.py):
 
@@ -33,6 +36,11 @@ before the next is asked (pipelines/scheduler.py). Successive halving (pipelines
 trains every configuration to `min_steps`, then each rung the top 1/reduction_factor of the last
 one `reduction_factor` times longer, up to budget.env_steps, continuing each trial from its
 checkpoint.
+
+Without a scheduler, trials on native environments that differ only in their seeds and in
+scalars such as the learning rate are packed into populations, trained by one compiled program
+each (pipelines/packing.py); their results are recorded trial by trial as those of trials
+trained alone.
 
 Every mistake is a `SpecError` of the form `path:line: message`, raised before any trial starts:
 `load` checks the structure, `check_gin` parses every parameter and configuration with gin.
@@ -61,7 +69,12 @@ from pipelines import halving
 BUDGET_BINDING = run_config.BUDGET_BINDING
 SEED_BINDING = 'train.seed'
 DISTRIBUTIONS = ('uniform', 'log_uniform', 'choice', 'int_uniform', 'int_log_uniform')
-FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random', 'scheduler', 'search')
+FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random', 'scheduler', 'search',
+          'populations')
+POPULATIONS_FIELDS = ('pack', 'max_members')
+DEFAULT_MAX_POPULATION = 8
+# Set by the sweep for the trials it packs (pipelines/packing.py), not by a spec.
+POPULATION_BINDINGS = ('train.population', 'train.population_members')
 SCHEDULERS = ('successive_halving', 'hyperband')
 SCHEDULER_FIELDS = ('type', 'min_steps', 'reduction_factor', 'metric', 'mode', 'brackets')
 SAMPLERS = ('tpe', 'random')
@@ -127,6 +140,8 @@ class Spec:
     search: Search | None = None
     metric: str = DEFAULT_METRIC  # What the scheduler ranks and the search optimizes by.
     mode: str = DEFAULT_MODE
+    pack_populations: bool | None = None  # populations.pack; None: where the sweep can.
+    max_population: int = DEFAULT_MAX_POPULATION  # populations.max_members.
     lines: dict = dataclasses.field(compare=False, repr=False, default_factory=dict)
 
     def error(self, location, message):
@@ -189,6 +204,12 @@ class Spec:
         return [Trial(f'{config_id}-seed{seed}', config_id, config_index * len(self.seeds) + k,
                       seed, configuration, gin_bindings)
                 for k, seed in enumerate(self.seeds)]
+
+    @property
+    def packs_populations(self):
+        """Whether trials are packed into populations: by default, unless a scheduler continues
+        single trials from their checkpoints rung after rung."""
+        return self.pack_populations is not False and self.scheduler is None
 
     def varied_distributions(self):
         """The distributions configurations are drawn from: the search's, else random's."""
@@ -325,6 +346,7 @@ def parse(text, path='<spec>'):
                             '(a grid\'s values as {choice: [...]})')
     scheduler = _scheduler(document, env_steps, error)
     metric, mode = _objective(document, error)
+    pack_populations, max_population = _populations(document, scheduler, error)
 
     fixed = set(bindings)
     searched = search.distributions if search else {}
@@ -343,12 +365,16 @@ def parse(text, path='<spec>'):
             raise error(where, f'{BUDGET_BINDING} is set by budget.env_steps')
         if name == SEED_BINDING:
             raise error(where, f'{SEED_BINDING} is set by seeds')
+        if name in POPULATION_BINDINGS:
+            raise error(where, f'{name} is set by the sweep when it packs trials into '
+                        'populations (see populations.pack); a trial is one run')
 
     return Spec(path=path, gin_files=tuple(gin_files), bindings=bindings, env_steps=env_steps,
                 timeout_s=float(timeout_s) if timeout_s is not None else None,
                 seeds=tuple(seeds), grid=grid, num_samples=num_samples,
                 random_seed=random_seed, distributions=distributions, scheduler=scheduler,
-                search=search, metric=metric, mode=mode, lines=lines)
+                search=search, metric=metric, mode=mode, pack_populations=pack_populations,
+                max_population=max_population, lines=lines)
 
 
 def check_gin(spec):
@@ -366,7 +392,7 @@ def check_gin(spec):
 
     def check(gin_bindings, location, what):
         try:
-            with _quiet_gin_includes():
+            with quiet_gin_includes():
                 run_config.load(list(spec.gin_files), list(gin_bindings), seed=0)
             loop.check_config()
         except run_config.ConfigError as error:
@@ -400,7 +426,7 @@ def check_gin(spec):
 
 
 @contextlib.contextmanager
-def _quiet_gin_includes():
+def quiet_gin_includes():
     """Hides gin's lines about each search path an include tries (up to ERROR level)."""
     logging.disable(logging.ERROR)
     try:
@@ -527,6 +553,29 @@ def _search(document, error):
                      for name, spec in parameters.items()}
     return Search(sampler=sampler, seed=seed, distributions=distributions,
                   startup_trials=startup_trials, **values)
+
+
+def _populations(document, scheduler, error):
+    """(pack_populations, max_population) from the `populations` field."""
+    section = document.get('populations')
+    if section is None:
+        return None, DEFAULT_MAX_POPULATION
+    where = ('populations',)
+    if not isinstance(section, dict):
+        raise error(where, 'populations must be a mapping such as {pack: true, max_members: 8}')
+    _known_fields(section, POPULATIONS_FIELDS, where, error)
+    pack = section.get('pack')
+    if pack is not None and not isinstance(pack, bool):
+        raise error(where + ('pack',), f'populations.pack must be true or false, got {pack!r}')
+    if pack and scheduler is not None:
+        raise error(where + ('pack',), 'populations.pack: true does not go with a scheduler: '
+                    'each rung continues single trials from their own checkpoints; remove it '
+                    '(trials then train alone) or the scheduler')
+    max_members = section.get('max_members', DEFAULT_MAX_POPULATION)
+    if not _is_int(max_members) or max_members < 2:
+        raise error(where + ('max_members',), 'populations.max_members must be an integer >= 2 '
+                    f'(to train every trial alone: pack: false), got {max_members!r}')
+    return pack, max_members
 
 
 def _objective(document, error):

@@ -172,6 +172,19 @@ class SchedulerAndSearchTest(absltest.TestCase):
         self.assertEqual(halving.rung_budgets(100, 3, 2048), [100, 300, 900, 2048])
         self.assertEqual((spec.metric, spec.mode), ('mean_length', 'min'))
 
+    def test_populations_packed_by_default_without_a_scheduler(self):
+        plain = parse('seeds: 2\n')
+        self.assertEqual((plain.pack_populations, plain.max_population, plain.packs_populations),
+                         (None, 8, True))
+        halved = parse('scheduler: {type: successive_halving, min_steps: 100}\n')
+        self.assertFalse(halved.packs_populations)
+        off = parse('populations: {pack: false}\n')
+        self.assertFalse(off.packs_populations)
+        sized = parse('populations: {pack: true, max_members: 3}\n')
+        self.assertEqual((sized.packs_populations, sized.max_population), (True, 3))
+        # Packing does not change the trials.
+        self.assertEqual(sized.trials(), plain.trials()[:1])
+
     def test_search(self):
         spec = parse("""
             search:
@@ -331,6 +344,22 @@ class BadSpecTest(parameterized.TestCase):
          '    PPO.num_epochs: {int_uniform: [1.5, 4]}\n', 6, 'int_uniform needs integer bounds'),
         ('int_log_uniform_of_zero', BASE + 'random:\n  num_samples: 2\n  parameters:\n'
          '    PPO.num_epochs: {int_log_uniform: [0, 4]}\n', 6, 'int_log_uniform needs 0 < low'),
+        ('populations_not_a_mapping', BASE + 'populations: true\n', 3,
+         'populations must be a mapping such as {pack: true, max_members: 8}'),
+        ('populations_unknown_field', BASE + 'populations:\n  size: 4\n', 4,
+         "unknown populations field 'size'; expected one of pack, max_members"),
+        ('pack_not_a_bool', BASE + 'populations:\n  pack: yes please\n', 4,
+         "populations.pack must be true or false, got 'yes please'"),
+        ('one_member', BASE + 'populations:\n  max_members: 1\n', 4,
+         'populations.max_members must be an integer >= 2 (to train every trial alone: '
+         'pack: false), got 1'),
+        ('pack_with_a_scheduler', BASE + 'scheduler: {type: successive_halving, '
+         'min_steps: 100}\npopulations:\n  pack: true\n', 5,
+         'populations.pack: true does not go with a scheduler'),
+        ('population_bound', BASE + 'bindings:\n  train.population: 4\n', 4,
+         'train.population is set by the sweep when it packs trials into populations'),
+        ('population_members_varied', BASE + 'grid:\n  train.population_members: '
+         '[[{train.seed: 1}]]\n', 4, 'train.population_members is set by the sweep'),
     )
     def test_names_the_line(self, text, line, message):
         with self.assertRaises(sweep_spec.SpecError) as caught:

@@ -256,6 +256,55 @@ class SweepTest(absltest.TestCase):
         self.assertEqual(testing_utils.snapshot(output_dir), before)
 
 
+class PackedSweepTest(absltest.TestCase):
+    """Trials on native environments that differ only in seeds and scalars share a trainer."""
+
+    def test_trials_packed_into_populations_are_recorded_as_trials(self):
+        cwd = self.create_tempdir().full_path
+        with open(os.path.join(cwd, 'spec.yaml'), 'w') as f:
+            f.write(textwrap.dedent("""\
+                gin_files: [configs/pendulum_native.gin]
+                bindings: {train.eval_every_steps: 2048, train.eval_episodes: 2}
+                budget: {env_steps: 4096, timeout_s: 600}
+                seeds: [0, 1]
+                grid:
+                  PPO.learning_rate: [3.0e-4, 1.0e-3]
+                """))
+        result = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out', '--direct_num_workers=1')
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn('4 of 4 trials packed into 1 populations', result.stderr)
+        output_dir = os.path.join(cwd, 'out')
+        records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
+        trials = sweep_spec.load(os.path.join(cwd, 'spec.yaml')).trials()
+        self.assertEqual([r['id'] for r in records], [t.id for t in trials])
+        (population,) = {r['population'] for r in records}
+        for index, (record, spec_trial) in enumerate(zip(records, trials, strict=True)):
+            self.assertEqual(record['status'], 'ok', record['error'])
+            self.assertEqual(record['logdir'], f'populations/{population}/member-{index}')
+            self.assertEqual((record['env_steps'], record['seed'], record['bindings']),
+                             (4096, spec_trial.seed, spec_trial.bindings))
+            self.assertEqual(trial.read_result(output_dir, record['id']), record)
+            # The member's directory is the run of its trial: its seed and learning rate.
+            logdir = os.path.join(output_dir, record['logdir'])
+            self.assertEqual(record['final_return'], trial.read_metrics(logdir)[-1]['mean_return'])
+            with open(os.path.join(logdir, 'config.gin')) as f:
+                config = f.read()
+            self.assertIn(f'train.seed = {spec_trial.seed}\n', config)
+            self.assertIn(f'PPO.learning_rate = {spec_trial.bindings["PPO.learning_rate"]}\n',
+                          config)
+            self.assertNotIn('population', config)
+            self.assertTrue(os.path.isdir(os.path.join(logdir, 'checkpoints')))
+        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 2)
+
+        # Rerun, with packing now off: the spec is the same sweep, nothing trains again.
+        with open(os.path.join(cwd, 'spec.yaml'), 'a') as f:
+            f.write('populations: {pack: false}\n')
+        again = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertIn('4 done earlier, 0 to train', again.stderr)
+        self.assertEqual(read_jsonl(os.path.join(output_dir, 'trials.jsonl')), records)
+
+
 class ObjectStorageTest(absltest.TestCase):
     """gs:// output directories: refusals in one line before any trial starts, nothing written."""
 

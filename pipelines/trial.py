@@ -10,6 +10,12 @@ The result record comes from the logdir's `metrics.jsonl`; it is written to
 `<output_dir>/trials/<id>/result.json` (atomically) as soon as the trial ends, with the
 trainer's output in `train.log` beside it, so a sweep killed later loses no finished trial.
 
+A population (`Population`: trials that differ only in their seeds and scalars such as the
+learning rate, packed by pipelines/packing.py) trains in one trainer process in
+`<output_dir>/populations/<id>/` (`train.population_members`), each trial in its member's
+directory `member-<k>/`; every trial still gets its own `trials/<id>/result.json`, and the
+population's `train.log` is beside its members.
+
 In a bucket (`gs://...`), the trainer's logdir is the trial's directory itself: the trainer
 uploads its checkpoints, metrics and summaries at every evaluation and holds the directory's
 lease (agents/runs/lease.py), and this process uploads the tail of `train.log` every
@@ -36,6 +42,7 @@ from agents.runs import metrics, run_config, run_dir
 
 TRAINER_MODULE = 'agents.scripts.train'
 TRIALS_DIR = 'trials'
+POPULATIONS_DIR = 'populations'
 RESULT_FILE = run_dir.RESULT_FILE
 LOG_FILE = run_dir.LOG_FILE
 METRICS_FILE = run_dir.METRICS_FILE
@@ -57,8 +64,31 @@ class Settings:
     trainer_module: str = TRAINER_MODULE
 
 
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """Trials trained together by one trainer as a population (see pipelines/packing.py)."""
+    id: str
+    trials: tuple  # sweep_spec.Trial, one per member, in member order.
+    gin_bindings: tuple  # The members' shared bindings and train.population(_members).
+
+
+def trials_of(unit):
+    """The trials a unit of work (a trial, or a Population) trains."""
+    return unit.trials if isinstance(unit, Population) else (unit,)
+
+
 def trial_dir(output_dir, trial_id):
     return run_dir.join(output_dir, TRIALS_DIR, trial_id)
+
+
+def population_dir(output_dir, population_id):
+    return run_dir.join(output_dir, POPULATIONS_DIR, population_id)
+
+
+def member_logdir(population, index):
+    """A member's run directory, relative to the sweep's output_dir."""
+    return (f'{POPULATIONS_DIR}/{population.id}/'
+            f'{run_dir.MEMBER_DIR.format(index)}')
 
 
 def read_result(output_dir, trial_id):
@@ -80,46 +110,92 @@ def run(trial, settings, stop_at_step=None):
     """
     logdir = trial_dir(settings.output_dir, trial.id)
     budget = stop_at_step or settings.env_steps
+    command = trainer_command(trial, settings, logdir, budget)
+
+    def results(returncode, output, timed_out, wall_time):
+        return [_result(trial, settings, logdir, budget, returncode, output, timed_out,
+                        wall_time)]
+
+    return _attempt([trial], logdir, run_dir.CONFIG_FILE, command, settings.timeout_s,
+                    settings, budget, results)[0]
+
+
+def run_population(population, settings, stop_at_step=None):
+    """Trains the trials of `population` in one trainer; returns their result records, each
+    also stored in its trial's directory.
+
+    Its timeout is the trials' timeout times the members: it trains them all. A failure of the
+    trainer (a member's non-finite update stops the population) fails every member with it.
+    """
+    logdir = population_dir(settings.output_dir, population.id)
+    budget = stop_at_step or settings.env_steps
+    command = population_command(population, settings, logdir, budget)
+    members = len(population.trials)
+    timeout_s = settings.timeout_s and settings.timeout_s * members
+
+    def results(returncode, output, timed_out, wall_time):
+        records = []
+        for index, trial in enumerate(population.trials):
+            record = _result(trial, settings, run_dir.join(logdir, run_dir.MEMBER_DIR.format(
+                index)), budget, returncode, output, timed_out, wall_time, timeout_s)
+            if record['error']:
+                record['error'] = (f'population {population.id} ({members} trials): '
+                                   f'{record["error"]}')
+            records.append(dict(record, logdir=member_logdir(population, index),
+                                population=population.id))
+        return records
+
+    return _attempt(population.trials, logdir, run_dir.POPULATION_CONFIG_FILE, command,
+                    timeout_s, settings, budget, results)
+
+
+def _attempt(trials, logdir, config_file, command, timeout_s, settings, budget, results):
+    """Runs the trainer `command` in `logdir` once; stores and returns the `trials`' records,
+    made by `results(returncode, output, timed_out, wall_time)`."""
+    result_paths = [run_dir.join(trial_dir(settings.output_dir, trial.id), RESULT_FILE)
+                    for trial in trials]
     if run_dir.is_remote(logdir):
-        return _run_in_bucket(trial, settings, logdir, budget)
+        return _attempt_in_bucket(logdir, command, timeout_s, settings, results, result_paths)
+    for path in result_paths:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
     os.makedirs(logdir, exist_ok=True)
     lock = _lock(logdir)
     if lock is None:
-        return _record(trial, FAILED, 0.0, budget, error=f'trial {trial.id} is being trained '
-                       f'by another process (its logdir {logdir} is locked)')
+        return [_record(trial, FAILED, 0.0, budget, error=f'trial {trial.id} is being trained '
+                        f'by another process (its logdir {logdir} is locked)')
+                for trial in trials]
     try:
-        _remove_previous_attempt(logdir)
+        _remove_previous_attempt(logdir, config_file, result_paths)
         began = time.time()
-        returncode, output, timed_out = _train(trial, settings, logdir, budget, lock)
+        returncode, output, timed_out = _train(command, settings, timeout_s, lock)
         wall_time = time.time() - began
-        record = _result(trial, settings, logdir, budget, returncode, output, timed_out,
-                         wall_time)
+        records = results(returncode, output, timed_out, wall_time)
         with open(os.path.join(logdir, LOG_FILE), 'a', encoding='utf-8') as log:
-            log.write(_log_entry(record, wall_time, output))
-        run_config.write_atomic(os.path.join(logdir, RESULT_FILE), json.dumps(record) + '\n')
-        return record
+            log.write(_log_entry(records, wall_time, output))
+        for path, record in zip(result_paths, records, strict=True):
+            run_config.write_atomic(path, json.dumps(record) + '\n')
+        return records
     finally:
         os.close(lock)
 
 
-def _run_in_bucket(trial, settings, logdir, budget):
-    """`run` for a trial directory in a bucket, which the trainer uses as its logdir."""
+def _attempt_in_bucket(logdir, command, timeout_s, settings, results, result_paths):
+    """`_attempt` for a logdir in a bucket, which the trainer uses as it is."""
     log_path = run_dir.join(logdir, LOG_FILE)
     try:
         earlier_log = run_dir.read_text(log_path)
     except FileNotFoundError:
         earlier_log = ''
-    run_dir.delete([run_dir.join(logdir, RESULT_FILE)])  # An earlier attempt's commit marker.
+    run_dir.delete(result_paths)  # An earlier attempt's commit markers.
     began = time.time()
     with _LogUploader(log_path, earlier_log) as log:
-        returncode, output, timed_out = _train(trial, settings, logdir, budget, None,
-                                               log.follow)
+        returncode, output, timed_out = _train(command, settings, timeout_s, None, log.follow)
         wall_time = time.time() - began
-        record = _result(trial, settings, logdir, budget, returncode, output, timed_out,
-                         wall_time)
-        log.finish(_log_entry(record, wall_time, output))
-    run_dir.write_text(run_dir.join(logdir, RESULT_FILE), json.dumps(record) + '\n')
-    return record
+        records = results(returncode, output, timed_out, wall_time)
+        log.finish(_log_entry(records, wall_time, output))
+    for path, record in zip(result_paths, records, strict=True):
+        run_dir.write_text(path, json.dumps(record) + '\n')
+    return records
 
 
 class _LogUploader:
@@ -168,18 +244,30 @@ def _attempt_header():
     return f'=== {socket.gethostname()}/{os.getpid()}: attempt running ===\n'
 
 
-def _log_entry(record, wall_time, output):
-    return (f'=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {record["status"]} after '
+def _log_entry(records, wall_time, output):
+    ok = sum(record['status'] == OK for record in records)
+    status = (records[0]['status'] if len(records) == 1 else
+              f'{ok} of {len(records)} trials {OK}')
+    return (f'=== {time.strftime("%Y-%m-%d %H:%M:%S")}: {status} after '
             f'{wall_time:.1f} s ===\n{output}\n')
 
 
 def trainer_command(trial, settings, logdir, budget=None):
     """The trainer's command line for `trial` to `budget` steps, as a user would type it."""
+    return _command(settings, trial.gin_bindings, logdir, budget, [f'--seed={trial.seed}'])
+
+
+def population_command(population, settings, logdir, budget=None):
+    """The trainer's command line for `population`, as a user would type it."""
+    return _command(settings, population.gin_bindings, logdir, budget)
+
+
+def _command(settings, gin_bindings, logdir, budget, flags=()):
     stop = [f'--stop_at_step={budget}'] if budget and budget < settings.env_steps else []
     return ([sys.executable, '-m', settings.trainer_module] +
             [f'--gin_file={path}' for path in settings.gin_files] +
-            [f'--gin_bindings={binding}' for binding in trial.gin_bindings] +
-            [f'--logdir={logdir}', f'--seed={trial.seed}'] + stop)
+            [f'--gin_bindings={binding}' for binding in gin_bindings] +
+            [f'--logdir={logdir}', *flags] + stop)
 
 
 def trainer_environment(settings):
@@ -192,15 +280,15 @@ def trainer_environment(settings):
     return env
 
 
-def _train(trial, settings, logdir, budget, lock, follow_output=None):
-    """Runs the trainer; returns (returncode, its output, whether it timed out).
+def _train(command, settings, timeout_s, lock, follow_output=None):
+    """Runs the trainer `command`; returns (returncode, its output, whether it timed out).
 
     `follow_output`, if given, is told the path of the file the output goes to.
     """
     # Appended to by the trainer (O_APPEND), read through its own descriptor meanwhile.
     with tempfile.NamedTemporaryFile(mode='ab', prefix='trial-output-') as output:
         process = subprocess.Popen(
-            _supervised(trainer_command(trial, settings, logdir, budget)), stdout=output,
+            _supervised(command), stdout=output,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=trainer_environment(settings), start_new_session=True,
             pass_fds=(lock,) if lock is not None else ())
@@ -208,7 +296,7 @@ def _train(trial, settings, logdir, budget, lock, follow_output=None):
             follow_output(output.name)
         timed_out = False
         try:
-            process.wait(timeout=settings.timeout_s)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
@@ -223,10 +311,12 @@ def _read_all(path):
         return f.read().decode('utf-8', errors='replace')
 
 
-def _result(trial, settings, logdir, budget, returncode, output, timed_out, wall_time):
+def _result(trial, settings, logdir, budget, returncode, output, timed_out, wall_time,
+            timeout_s=None):
     if timed_out:
         return _record(trial, FAILED, wall_time, budget, error=f'timed out after '
-                       f'{settings.timeout_s:g} s; its process group was killed\n{_tail(output)}')
+                       f'{timeout_s or settings.timeout_s:g} s; its process group was killed\n'
+                       f'{_tail(output)}')
     if returncode < 0:
         return _record(trial, FAILED, wall_time, budget, error=f'trainer killed by '
                        f'{signal.Signals(-returncode).name}\n{_tail(output)}')
@@ -299,14 +389,14 @@ def _lock(logdir):
     return descriptor
 
 
-def _remove_previous_attempt(logdir):
+def _remove_previous_attempt(logdir, config_file, result_paths):
     """Removes our files of an attempt that never got to train: the trainer refuses a logdir
-    that holds files but no config.gin of its own."""
-    if os.path.exists(os.path.join(logdir, run_dir.CONFIG_FILE)):
+    that holds files but not its configuration (`config_file`)."""
+    if os.path.exists(os.path.join(logdir, config_file)):
         return
-    for name in (RESULT_FILE, LOG_FILE):
+    for path in [*result_paths, os.path.join(logdir, LOG_FILE)]:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(logdir, name))
+            os.remove(path)
 
 
 def _kill_group(pgid):

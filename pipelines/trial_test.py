@@ -22,7 +22,7 @@ from pipelines import sweep_spec, trial
 from pipelines.process_testing import lock_is_free, process_gone, wait_for
 
 FAKE_TRAINER = '''
-import json, os, signal, subprocess, sys, time
+import ast, json, os, signal, subprocess, sys, time
 
 args = sys.argv[1:]
 flags = dict(arg[2:].split('=', 1) for arg in args if '=' in arg)
@@ -38,6 +38,27 @@ if logdir.startswith('gs://'):  # A trial in a bucket: the files go there.
     run_dir.write_text(logdir + '/metrics.jsonl', ''.join(
         json.dumps({'step': step, 'mean_return': value}) + '\\n'
         for step, value in ((1024, -900.0), (2048, -950.0))))
+    sys.exit(0)
+members = next((ast.literal_eval(b.split('=', 1)[1].strip()) for b in bindings
+                if b.startswith('train.population_members')), None)
+if members is not None:  # A population: a run directory per member.
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, 'population.gin'), 'w') as f:
+        f.write('\\n'.join(bindings))
+    with open(os.path.join(logdir, 'seen.json'), 'w') as f:
+        json.dump({'argv': args}, f)
+    print('training a population', flush=True)
+    if mode == 'raise':
+        sys.exit('train: error: non-finite loss of member-1; the run stopped')
+    if mode == 'hang':
+        time.sleep(600)
+    for index, member in enumerate(members):
+        member_dir = os.path.join(logdir, f'member-{index}')
+        os.makedirs(member_dir, exist_ok=True)
+        with open(os.path.join(member_dir, 'metrics.jsonl'), 'a') as f:
+            for step in (1024, 2048):
+                f.write(json.dumps({'step': step, 'mean_return': -step - member['train.seed']})
+                        + '\\n')
     sys.exit(0)
 if mode == 'strict' and os.listdir(logdir):
     sys.exit(f'train: error: logdir {logdir} is not empty and holds no config.gin')
@@ -73,6 +94,15 @@ def make_trial(mode, trial_id='abcd1234-seed3'):
     return sweep_spec.Trial(id=trial_id, config_id=trial_id.split('-')[0], index=5, seed=3,
                             bindings={'fake.mode': mode},
                             gin_bindings=('train.total_steps = 2048', f"fake.mode = '{mode}'"))
+
+
+def make_population(mode, seeds=(3, 4)):
+    trials = tuple(
+        dataclasses.replace(make_trial(mode, f'abcd1234-seed{seed}'), seed=seed, index=seed)
+        for seed in seeds)
+    members = [{'train.seed': seed} for seed in seeds]
+    return trial.Population('pop-test', trials, trials[0].gin_bindings + (
+        f'train.population = {len(seeds)}', f'train.population_members = {members!r}'))
 
 
 class TrialTest(absltest.TestCase):
@@ -270,6 +300,48 @@ class TrialTest(absltest.TestCase):
                                 for name, at, text in writes), writes)
             self.assertEqual(writes[-1][0], 'result.json')
             self.assertNotIn('result.json', [name for name, _, _ in writes[:-1]])
+
+    def test_a_population_trains_its_trials_in_one_trainer(self):
+        population = make_population('ok')
+        records = trial.run_population(population, self.settings)
+        logdir = os.path.join(self.output_dir, 'populations', 'pop-test')
+        for index, (record, member) in enumerate(zip(records, population.trials, strict=True)):
+            self.assertEqual(record['status'], 'ok', record['error'])
+            self.assertEqual((record['id'], record['seed'], record['population'], record['logdir']),
+                             (member.id, member.seed, 'pop-test',
+                              f'populations/pop-test/member-{index}'))
+            self.assertEqual((record['final_return'], record['env_steps']),
+                             (-2048 - member.seed, 2048))
+            self.assertEqual(trial.read_result(self.output_dir, member.id), record)
+        with open(os.path.join(logdir, 'seen.json')) as f:
+            argv = json.load(f)['argv']
+        self.assertEqual(argv[-2:], ['--gin_bindings=train.population_members = '
+                                     "[{'train.seed': 3}, {'train.seed': 4}]",
+                                     f'--logdir={logdir}'])
+        self.assertNotIn('--seed', ' '.join(argv))
+        with open(os.path.join(logdir, 'train.log')) as f:
+            log = f.read()
+        self.assertIn('ok after', log)
+        self.assertIn('2 of 2 trials ok', log)
+        self.assertIn('training a population', log)
+
+    def test_a_failed_population_fails_each_of_its_trials(self):
+        records = trial.run_population(make_population('raise'), self.settings)
+        for record in records:
+            self.assertEqual((record['status'], record['population']), ('failed', 'pop-test'))
+            self.assertIn('population pop-test (2 trials): trainer exited with status 1',
+                          record['error'])
+            self.assertIn('non-finite loss of member-1', record['error'])
+            self.assertEqual(trial.read_result(self.output_dir, record['id']), record)
+
+    def test_a_population_may_take_the_timeout_of_each_of_its_trials(self):
+        settings = dataclasses.replace(self.settings, timeout_s=1.5)
+        began = time.time()
+        records = trial.run_population(make_population('hang'), settings)
+        self.assertGreaterEqual(time.time() - began, 3.0)
+        for record in records:
+            self.assertEqual(record['status'], 'failed')
+            self.assertIn('timed out after 3 s; its process group was killed', record['error'])
 
     def test_read_result_of_a_missing_or_corrupt_file(self):
         self.assertIsNone(trial.read_result(self.output_dir, 'nope-seed0'))
