@@ -46,7 +46,7 @@ def run_sweep(spec_path, output_dir, workers):
         raise RuntimeError(f'sweep failed ({result.returncode}):\n{result.stderr[-3000:]}')
     with open(os.path.join(output_dir, 'trials.jsonl')) as f:
         records = [json.loads(line) for line in f]
-    packed = [line.split('] ', 1)[-1] for line in result.stderr.splitlines()
+    packed = [line.split('] ', 1)[-1].rstrip('.') for line in result.stderr.splitlines()
               if 'packed into' in line]
     return wall_time, records, packed[0] if packed else 'no population'
 
@@ -64,6 +64,7 @@ def main(argv):
     spec_path = sweep_spec.find(FLAGS.spec)
     spec = sweep_spec.load(spec_path, name=FLAGS.spec)
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='sweep_packing-')
+    os.makedirs(workdir, exist_ok=True)
     with open(spec_path) as f:
         text = f.read()
     alone_path = os.path.join(workdir, 'alone.yaml')

@@ -77,6 +77,12 @@ class PackerTest(absltest.TestCase):
             np.testing.assert_allclose(agent.scalars['learning_rate'].numpy(), [
                 t.bindings['PPO.learning_rate'] for t in population.trials], rtol=1e-6)
 
+    def test_the_bundled_native_sweep_packs_into_a_population_per_worker(self):
+        spec = sweep_spec.load(sweep_spec.find('configs/sweeps/pendulum_native.yaml'))
+        sweep_spec.check_gin(spec)
+        units = self.pack(spec, workers=2)
+        self.assertEqual([len(unit.trials) for unit, _ in units], [8, 8])
+
     def test_populations_are_named_by_their_trials(self):
         spec = parse('seeds: 3\ngrid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n')
         first, again = self.pack(spec), self.pack(spec)

@@ -29,6 +29,22 @@ flags = dict(arg[2:].split('=', 1) for arg in args if '=' in arg)
 bindings = [arg.split('=', 1)[1] for arg in args if arg.startswith('--gin_bindings=')]
 mode = next(b.split('=', 1)[1].strip().strip("'") for b in bindings if b.startswith('fake.mode'))
 logdir = flags['logdir']
+members = next((ast.literal_eval(b.split('=', 1)[1].strip()) for b in bindings
+                if b.startswith('train.population_members')), None)
+if members is not None:  # A population: a run directory per member.
+    from agents.runs import run_dir
+    run_dir.write_text(logdir + '/population.gin', '\\n'.join(bindings))
+    run_dir.write_text(logdir + '/seen.json', json.dumps({'argv': args}))
+    print('training a population', flush=True)
+    if mode == 'raise':
+        sys.exit('train: error: non-finite loss of member-1; the run stopped')
+    if mode == 'hang':
+        time.sleep(600)
+    for index, member in enumerate(members):
+        run_dir.write_text(f'{logdir}/member-{index}/metrics.jsonl', ''.join(
+            json.dumps({'step': step, 'mean_return': -step - member['train.seed']}) + '\\n'
+            for step in (1024, 2048)))
+    sys.exit(0)
 if logdir.startswith('gs://'):  # A trial in a bucket: the files go there.
     from agents.runs import run_dir
     print('training', flush=True)
@@ -38,27 +54,6 @@ if logdir.startswith('gs://'):  # A trial in a bucket: the files go there.
     run_dir.write_text(logdir + '/metrics.jsonl', ''.join(
         json.dumps({'step': step, 'mean_return': value}) + '\\n'
         for step, value in ((1024, -900.0), (2048, -950.0))))
-    sys.exit(0)
-members = next((ast.literal_eval(b.split('=', 1)[1].strip()) for b in bindings
-                if b.startswith('train.population_members')), None)
-if members is not None:  # A population: a run directory per member.
-    os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, 'population.gin'), 'w') as f:
-        f.write('\\n'.join(bindings))
-    with open(os.path.join(logdir, 'seen.json'), 'w') as f:
-        json.dump({'argv': args}, f)
-    print('training a population', flush=True)
-    if mode == 'raise':
-        sys.exit('train: error: non-finite loss of member-1; the run stopped')
-    if mode == 'hang':
-        time.sleep(600)
-    for index, member in enumerate(members):
-        member_dir = os.path.join(logdir, f'member-{index}')
-        os.makedirs(member_dir, exist_ok=True)
-        with open(os.path.join(member_dir, 'metrics.jsonl'), 'a') as f:
-            for step in (1024, 2048):
-                f.write(json.dumps({'step': step, 'mean_return': -step - member['train.seed']})
-                        + '\\n')
     sys.exit(0)
 if mode == 'strict' and os.listdir(logdir):
     sys.exit(f'train: error: logdir {logdir} is not empty and holds no config.gin')
@@ -342,6 +337,20 @@ class TrialTest(absltest.TestCase):
         for record in records:
             self.assertEqual(record['status'], 'failed')
             self.assertIn('timed out after 3 s; its process group was killed', record['error'])
+
+    def test_a_population_in_a_bucket(self):
+        with gcs_testing.GcsEmulator(buckets=('sweeps',)) as emulator:
+            settings = dataclasses.replace(self.settings, output_dir='gs://sweeps/sweep')
+            records = trial.run_population(make_population('ok'), settings)
+            stored = emulator.objects('sweeps', 'sweep/')
+        for index, record in enumerate(records):
+            self.assertEqual(record['status'], 'ok', record['error'])
+            self.assertEqual(record['logdir'], f'populations/pop-test/member-{index}')
+            self.assertEqual(
+                json.loads(stored[f'sweep/trials/{record["id"]}/result.json']), record)
+        seen = json.loads(stored['sweep/populations/pop-test/seen.json'])
+        self.assertIn('--logdir=gs://sweeps/sweep/populations/pop-test', seen['argv'])
+        self.assertIn('2 of 2 trials ok', stored['sweep/populations/pop-test/train.log'].decode())
 
     def test_read_result_of_a_missing_or_corrupt_file(self):
         self.assertIsNone(trial.read_result(self.output_dir, 'nope-seed0'))
