@@ -28,7 +28,6 @@ from agents.runs import loop, run_config
 from pipelines import sweep_spec
 from pipelines import trial as trial_lib
 
-DEFAULT_MAX_MEMBERS = 8
 _PROBE_LOGDIR = '/nonexistent/packing-probe'  # training_run writes nothing before `run`.
 
 

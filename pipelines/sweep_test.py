@@ -257,7 +257,8 @@ class SweepTest(absltest.TestCase):
 
 
 class PackedSweepTest(absltest.TestCase):
-    """Trials on native environments that differ only in seeds and scalars share a trainer."""
+    """Trials on native environments that differ only in seeds and scalars share a trainer: a
+    sweep in a bucket (a GCS API server on loopback), as on Dataflow."""
 
     def test_trials_packed_into_populations_are_recorded_as_trials(self):
         cwd = self.create_tempdir().full_path
@@ -270,11 +271,26 @@ class PackedSweepTest(absltest.TestCase):
                 grid:
                   PPO.learning_rate: [3.0e-4, 1.0e-3]
                 """))
-        result = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out', '--direct_num_workers=1')
-        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertIn('4 of 4 trials packed into 1 populations', result.stderr)
-        output_dir = os.path.join(cwd, 'out')
-        records = read_jsonl(os.path.join(output_dir, 'trials.jsonl'))
+        command = sweep_command('--spec=spec.yaml', '--output_dir=gs://sweeps/sweep',
+                                '--direct_num_workers=1')
+        with gcs_testing.GcsEmulator(buckets=('sweeps',),
+                                     log_dir=self.create_tempdir().full_path) as emulator:
+            env = emulator.environment(environment(cwd))
+            result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                                    timeout=900, check=False)
+            self.assertEqual(result.returncode, 0, result.stderr[-4000:])
+            self.assertIn('4 of 4 trials packed into 1 populations', result.stderr)
+            objects = emulator.objects('sweeps', 'sweep/')
+            # Rerun, with packing now off: the spec is the same sweep, nothing trains again.
+            with open(os.path.join(cwd, 'spec.yaml'), 'a') as f:
+                f.write('populations: {pack: false}\n')
+            again = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                                   timeout=900, check=False)
+            self.assertEqual(again.returncode, 0, again.stderr[-4000:])
+            self.assertIn('4 done earlier, 0 to train', again.stderr)
+            self.assertEqual(emulator.objects('sweeps', 'sweep/trials.jsonl'),
+                             {'sweep/trials.jsonl': objects['sweep/trials.jsonl']})
+        records = [json.loads(line) for line in objects['sweep/trials.jsonl'].splitlines()]
         trials = sweep_spec.load(os.path.join(cwd, 'spec.yaml')).trials()
         self.assertEqual([r['id'] for r in records], [t.id for t in trials])
         (population,) = {r['population'] for r in records}
@@ -283,26 +299,24 @@ class PackedSweepTest(absltest.TestCase):
             self.assertEqual(record['logdir'], f'populations/{population}/member-{index}')
             self.assertEqual((record['env_steps'], record['seed'], record['bindings']),
                              (4096, spec_trial.seed, spec_trial.bindings))
-            self.assertEqual(trial.read_result(output_dir, record['id']), record)
+            self.assertEqual(
+                json.loads(objects[f'sweep/trials/{record["id"]}/result.json']), record)
             # The member's directory is the run of its trial: its seed and learning rate.
-            logdir = os.path.join(output_dir, record['logdir'])
-            self.assertEqual(record['final_return'], trial.read_metrics(logdir)[-1]['mean_return'])
-            with open(os.path.join(logdir, 'config.gin')) as f:
-                config = f.read()
+            member = f'sweep/{record["logdir"]}'
+            metrics = [json.loads(line) for line in objects[f'{member}/metrics.jsonl'].splitlines()]
+            self.assertEqual([m['step'] for m in metrics], [2048, 4096])
+            self.assertEqual(record['final_return'], metrics[-1]['mean_return'])
+            config = objects[f'{member}/config.gin'].decode()
             self.assertIn(f'train.seed = {spec_trial.seed}\n', config)
             self.assertIn(f'PPO.learning_rate = {spec_trial.bindings["PPO.learning_rate"]}\n',
                           config)
             self.assertNotIn('population', config)
-            self.assertTrue(os.path.isdir(os.path.join(logdir, 'checkpoints')))
-        self.assertLen(read_csv(os.path.join(output_dir, 'summary.csv')), 2)
-
-        # Rerun, with packing now off: the spec is the same sweep, nothing trains again.
-        with open(os.path.join(cwd, 'spec.yaml'), 'a') as f:
-            f.write('populations: {pack: false}\n')
-        again = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
-        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
-        self.assertIn('4 done earlier, 0 to train', again.stderr)
-        self.assertEqual(read_jsonl(os.path.join(output_dir, 'trials.jsonl')), records)
+            self.assertIn(f'{member}/checkpoints/ckpt-4096.index', objects)
+            self.assertIn(f'{member}/policy/4096/saved_model.pb', objects)
+        self.assertIn(f'sweep/populations/{population}/population.gin', objects)
+        log = objects[f'sweep/populations/{population}/train.log'].decode()
+        self.assertIn('4 of 4 trials ok', log)
+        self.assertEqual(os.listdir(cwd), ['spec.yaml'])
 
 
 class ObjectStorageTest(absltest.TestCase):

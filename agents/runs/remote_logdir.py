@@ -12,6 +12,7 @@ policies) are deleted only after that. A lease (lease.py) keeps a second trainer
 """
 
 import os
+import re
 import shutil
 import tempfile
 
@@ -27,7 +28,12 @@ _LAST = (run_dir.METRICS_FILE,)
 _REFERRING = (f'{run_dir.CHECKPOINT_DIR}/checkpoint', 'saved_model.pb', 'fingerprint.pb')
 
 
+# A population's logdir holds a run per member: each ranks as a run of its own.
+_MEMBER = re.compile('^' + run_dir.MEMBER_DIR.format(r'\d+') + '/')
+
+
 def _upload_rank(relative):
+    relative = _MEMBER.sub('', relative)
     if relative in _LAST:
         return 3
     if relative.endswith(_REFERRING):

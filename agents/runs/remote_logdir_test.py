@@ -114,6 +114,23 @@ class StagedLogdirTest(absltest.TestCase):
         self.assertEqual(self.run_objects()['metrics.jsonl'],
                          b'{"step": 2048}\n{"step": 4096}\n')
 
+    def test_a_populations_members_upload_each_as_a_run(self):
+        staged, local = self.open()
+        members = {f'member-{index}/{relative}': data for index in (0, 1)
+                   for relative, data in SAVE.items()}
+        write(local, {'population.gin': b'train.population = 2\n', **members})
+        calls = self.record_uploads()
+        staged.sync()
+        uploaded = [relative for kind, relative in calls if kind == 'upload']
+        position = {relative: index for index, relative in enumerate(uploaded)}
+        for member in ('member-0', 'member-1'):
+            for data in ('checkpoints/ckpt-1.index', 'policy/2048/variables/variables.index'):
+                for referring in ('checkpoints/checkpoint', 'policy/2048/saved_model.pb',
+                                  'metrics.jsonl'):
+                    self.assertLess(position[f'{member}/{data}'],
+                                    position[f'{member}/{referring}'], (member, data, referring))
+        self.assertCountEqual(uploaded[-2:], ['member-0/metrics.jsonl', 'member-1/metrics.jsonl'])
+
     def test_sync_deletes_what_the_trainer_removed_after_uploading(self):
         staged, local = self.open()
         write(local, SAVE)
