@@ -28,14 +28,12 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
-import time
 
 import yaml
 from absl import app, flags
 
 from agents.runs import run_config
+from benchmarks import sweep_runs
 from pipelines import sweep_spec
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum_halving.yaml',
@@ -119,19 +117,9 @@ def run_sweep(document, directory, workers):
     with open(spec_path, 'w') as f:
         yaml.safe_dump(document, f, sort_keys=False)
     output_dir = os.path.join(directory, 'out')
-    env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT,
-               BUILD_WORKING_DIRECTORY=run_config.PACKAGE_ROOT)
-    began = time.time()
-    result = subprocess.run(
-        [sys.executable, '-m', 'pipelines.sweep', f'--spec={spec_path}',
-         f'--output_dir={output_dir}', f'--direct_num_workers={workers}'],
-        env=env, capture_output=True, text=True, check=False)
-    wall_time = time.time() - began
-    with open(os.path.join(directory, 'sweep.log'), 'a') as f:
-        f.write(result.stderr)
-    if result.returncode:
-        raise RuntimeError(f'the sweep in {directory} failed ({result.returncode}):\n'
-                           f'{result.stderr[-3000:]}')
+    wall_time, _, _ = sweep_runs.run_sweep(
+        spec_path, output_dir, workers, caller_directory=run_config.PACKAGE_ROOT,
+        log_path=os.path.join(directory, 'sweep.log'))
     return wall_time, read_trials(output_dir)
 
 

@@ -10,17 +10,13 @@ same trials, so a quality check, not a target).
     bazel run //benchmarks:sweep_packing -- --spec=configs/sweeps/pendulum_native.yaml
 """
 
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
 from absl import app, flags
 
-from agents.runs import run_config
+from benchmarks import sweep_runs
 from pipelines import sweep_spec
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum_native.yaml', 'The sweep spec to run.')
@@ -34,19 +30,8 @@ SIDES = ('packed', 'alone')
 
 def run_sweep(spec_path, output_dir, workers):
     """(wall time, records, the populations line of the log) of one sweep, launch to exit."""
-    env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT,
-               BUILD_WORKING_DIRECTORY=run_config.caller_directory())
-    began = time.time()
-    result = subprocess.run(
-        [sys.executable, '-m', 'pipelines.sweep', f'--spec={spec_path}',
-         f'--output_dir={output_dir}', f'--direct_num_workers={workers}'],
-        env=env, capture_output=True, text=True, check=False)
-    wall_time = time.time() - began
-    if result.returncode:
-        raise RuntimeError(f'sweep failed ({result.returncode}):\n{result.stderr[-3000:]}')
-    with open(os.path.join(output_dir, 'trials.jsonl')) as f:
-        records = [json.loads(line) for line in f]
-    packed = [line.split('] ', 1)[-1].rstrip('.') for line in result.stderr.splitlines()
+    wall_time, records, log = sweep_runs.run_sweep(spec_path, output_dir, workers)
+    packed = [line.split('] ', 1)[-1].rstrip('.') for line in log.splitlines()
               if 'packed into' in line]
     return wall_time, records, packed[0] if packed else 'no population'
 

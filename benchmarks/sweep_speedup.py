@@ -11,17 +11,15 @@ wall time on each side, the ratio sweep / sequential, and the load average aroun
     bazel run //benchmarks:sweep_speedup -- --spec=configs/sweeps/pendulum.yaml --workers=2
 """
 
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
 from agents.runs import run_config
+from benchmarks import sweep_runs
 from pipelines import sweep_spec, trial
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum.yaml', 'The sweep spec to run.')
@@ -43,21 +41,6 @@ def run_sequential(spec, output_dir):
     began = time.time()
     records = [trial.run(item, settings) for item in spec.trials()]
     return time.time() - began, records
-
-
-def run_sweep(spec_path, output_dir, workers):
-    env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT,
-               BUILD_WORKING_DIRECTORY=run_config.caller_directory())
-    began = time.time()
-    result = subprocess.run(
-        [sys.executable, '-m', 'pipelines.sweep', f'--spec={spec_path}',
-         f'--output_dir={output_dir}', f'--direct_num_workers={workers}'],
-        env=env, capture_output=True, text=True, check=False)
-    wall_time = time.time() - began
-    if result.returncode:
-        raise RuntimeError(f'sweep failed ({result.returncode}):\n{result.stderr[-3000:]}')
-    with open(os.path.join(output_dir, 'trials.jsonl')) as f:
-        return wall_time, [json.loads(line) for line in f]
 
 
 def check(records, side):
@@ -83,7 +66,8 @@ def main(argv):
             if side == 'sequential':
                 wall_time, records = run_sequential(spec, output_dir)
             else:
-                wall_time, records = run_sweep(spec_path, output_dir, FLAGS.workers)
+                wall_time, records, _ = sweep_runs.run_sweep(spec_path, output_dir,
+                                                             FLAGS.workers)
             check(records, side)
             times[side].append(wall_time)
             trial_times[side].append(statistics.mean(r['wall_time_s'] for r in records))

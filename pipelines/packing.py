@@ -47,13 +47,8 @@ class Packer:
         self._scalars = {}  # A trial's gin bindings -> the names its population may vary.
         self._problems = {}  # A group's shared bindings -> why it cannot be packed, or None.
 
-    @property
-    def active(self):
-        """Whether the spec packs at all (`populations.pack`; off with a scheduler)."""
-        return self._spec.packs_populations
-
     def pack(self, work):
-        if not self.active:
+        if not self._spec.packs_populations:
             return list(work)
         groups = {}  # (shared bindings, varied scalar names, stop) -> [trial].
         alone = []

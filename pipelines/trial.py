@@ -113,8 +113,8 @@ def run(trial, settings, stop_at_step=None):
     command = trainer_command(trial, settings, logdir, budget)
 
     def results(returncode, output, timed_out, wall_time):
-        return [_result(trial, settings, logdir, budget, returncode, output, timed_out,
-                        wall_time)]
+        return [_result(trial, logdir, budget, returncode, output, timed_out, wall_time,
+                        settings.timeout_s)]
 
     return _attempt([trial], logdir, run_dir.CONFIG_FILE, command, settings.timeout_s,
                     settings, budget, results)[0]
@@ -136,8 +136,8 @@ def run_population(population, settings, stop_at_step=None):
     def results(returncode, output, timed_out, wall_time):
         records = []
         for index, trial in enumerate(population.trials):
-            record = _result(trial, settings, run_dir.join(logdir, run_dir.MEMBER_DIR.format(
-                index)), budget, returncode, output, timed_out, wall_time, timeout_s)
+            record = _result(trial, run_dir.join(logdir, run_dir.MEMBER_DIR.format(index)),
+                             budget, returncode, output, timed_out, wall_time, timeout_s)
             if record['error']:
                 record['error'] = (f'population {population.id} ({members} trials): '
                                    f'{record["error"]}')
@@ -311,12 +311,10 @@ def _read_all(path):
         return f.read().decode('utf-8', errors='replace')
 
 
-def _result(trial, settings, logdir, budget, returncode, output, timed_out, wall_time,
-            timeout_s=None):
+def _result(trial, logdir, budget, returncode, output, timed_out, wall_time, timeout_s):
     if timed_out:
         return _record(trial, FAILED, wall_time, budget, error=f'timed out after '
-                       f'{timeout_s or settings.timeout_s:g} s; its process group was killed\n'
-                       f'{_tail(output)}')
+                       f'{timeout_s:g} s; its process group was killed\n{_tail(output)}')
     if returncode < 0:
         return _record(trial, FAILED, wall_time, budget, error=f'trainer killed by '
                        f'{signal.Signals(-returncode).name}\n{_tail(output)}')
