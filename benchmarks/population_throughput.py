@@ -5,13 +5,17 @@ Runs, round by round (so that the machine's drift hits every system alike):
   population   BatchPPO with `train.population = K` on configs/pendulum_native.gin (XLA);
   lone         BatchPPO on configs/pendulum_native.gin, one seed (its defaults: no XLA);
   rejax        rejax PPO (PureJaxRL-style, on gymnax Pendulum), K seeds under `jax.vmap` in one
-               program (benchmarks/rejax_runner.py --num_seeds=K), with the same settings.
+               program (benchmarks/rejax_runner.py --num_seeds=K), with the same settings;
+  population_baseline, lone_baseline
+               the first two with the trainer of another checkout (--baseline_tree), for a
+               change that must not cost speed (or should gain it).
 
 and prints, as medians over rounds: aggregate steady env steps/s (all members together; ours:
 between the first and the last evaluation by the training clock, rejax: its one compiled call),
 launch-to-exit seconds, how many members reached a return of -200 (ours: at any evaluation;
 rejax: at its one, final evaluation) and the members' median final return; then the ratios
-population / lone and population / rejax per round (median [min, max]).
+population / lone, population / rejax and each system / its baseline per round (median [min,
+max]).
 
     bazel run //benchmarks:population_throughput -- --population=8 --rounds=3
 """
@@ -32,13 +36,17 @@ flags.DEFINE_integer('population', 8, 'Members of the population (and seeds of r
                      lower_bound=2)
 flags.DEFINE_integer('rounds', 3, 'Rounds of the systems, alternated; medians are reported.',
                      lower_bound=1)
-# --output_json, --workdir and --peers_python are train_throughput's flags.
+flags.DEFINE_list('systems', ['population', 'lone', 'rejax'], 'Systems to run, in this order '
+                  'each round: population, lone, rejax, population_baseline, lone_baseline.')
+# --output_json, --workdir, --peers_python and --baseline_tree are train_throughput's flags.
 FLAGS = flags.FLAGS
 
 CONFIG = 'configs/pendulum_native.gin'
 BUDGET = 150_000
 THRESHOLD = -200.0
-SYSTEMS = ('population', 'lone', 'rejax')
+SYSTEMS = ('population', 'lone', 'rejax', 'population_baseline', 'lone_baseline')
+RATIOS = (('population', 'lone'), ('population', 'rejax'),
+          ('population', 'population_baseline'), ('lone', 'lone_baseline'))
 
 
 def read_evaluations(logdir):
@@ -58,12 +66,12 @@ def run_summary(evaluations):
             'final_return': last['mean_return']}
 
 
-def run_ours(workdir, name, seed, bindings):
+def run_ours(workdir, name, seed, bindings, tree=train_throughput.run_config.PACKAGE_ROOT):
     logdir = os.path.join(workdir, name)
     command = train_throughput.ours_command(
         [os.path.join(train_throughput.run_config.PACKAGE_ROOT, CONFIG)],
-        [f'train.total_steps = {BUDGET}', *bindings], logdir, seed)
-    env = dict(os.environ, PYTHONPATH=train_throughput.run_config.PACKAGE_ROOT)
+        [f'train.total_steps = {BUDGET}', *bindings], logdir, seed, tree=tree)
+    env = dict(os.environ, PYTHONPATH=tree)
     return logdir, timed(command, logdir, env)
 
 
@@ -82,9 +90,12 @@ def timed(command, logdir, env):
 
 def run_system(system, workdir, round_index, population, peers_python, settings):
     name = f'{system}-{round_index}'
+    tree = train_throughput.run_config.PACKAGE_ROOT
+    if system.endswith('_baseline'):
+        system, tree = system[:-len('_baseline')], FLAGS.baseline_tree
     if system == 'population':
         logdir, wall = run_ours(workdir, name, round_index * population,
-                                [f'train.population = {population}'])
+                                [f'train.population = {population}'], tree)
         members = [run_summary(read_evaluations(os.path.join(logdir, f'member-{index}')))
                    for index in range(population)]
         # The members share one program: each member's clock is the population's.
@@ -93,7 +104,7 @@ def run_system(system, workdir, round_index, population, peers_python, settings)
                 'reached': sum(member['to_threshold_s'] is not None for member in members),
                 'to_threshold_s': [member['to_threshold_s'] for member in members]}
     if system == 'lone':
-        logdir, wall = run_ours(workdir, name, round_index, [])
+        logdir, wall = run_ours(workdir, name, round_index, [], tree)
         summary = run_summary(read_evaluations(logdir))
         return {'wall_s': wall, 'aggregate_sps': summary['steady_sps'],
                 'finals': [summary['final_return']],
@@ -120,11 +131,11 @@ def summarize(runs, systems, population):
             'aggregate_sps': statistics.median(run['aggregate_sps'] for run in mine),
             'wall_s': statistics.median(run['wall_s'] for run in mine),
             'reached': [run['reached'] for run in mine],
-            'members': 1 if system == 'lone' else population,
+            'members': 1 if system.startswith('lone') else population,
             'final_return': statistics.median(value for run in mine for value in run['finals']),
         }
     ratios = {}
-    for numerator, denominator in (('population', 'lone'), ('population', 'rejax')):
+    for numerator, denominator in RATIOS:
         if numerator in systems and denominator in systems:
             paired = [top['aggregate_sps'] / bottom['aggregate_sps'] for top, bottom in zip(
                 [run for run in runs if run['system'] == numerator],
@@ -150,14 +161,25 @@ def format_table(summary):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    unknown = sorted(set(FLAGS.systems) - set(SYSTEMS))
+    if unknown:
+        raise app.UsageError(f'Unknown systems: {", ".join(unknown)} (known: '
+                             f'{", ".join(SYSTEMS)})')
+    baselines = [system for system in FLAGS.systems if system.endswith('_baseline')]
+    if baselines and not FLAGS.baseline_tree:
+        raise app.UsageError(f'{", ".join(baselines)} need --baseline_tree')
+    if FLAGS.baseline_tree and not os.path.isdir(
+            os.path.join(FLAGS.baseline_tree, 'agents', 'scripts')):
+        raise app.UsageError(f'--baseline_tree={FLAGS.baseline_tree} is not a checkout of this '
+                             'project (no agents/scripts in it)')
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='population-throughput-')
     os.makedirs(workdir, exist_ok=True)
     task = train_throughput.TASKS['pendulum_native']
     settings, _, _ = train_throughput.shared_settings(task, BUDGET)
-    peers_python = train_throughput.peers_python()
+    peers_python = train_throughput.peers_python() if 'rejax' in FLAGS.systems else None
     runs = []
     for round_index in range(FLAGS.rounds):
-        for system in SYSTEMS:
+        for system in FLAGS.systems:
             print(f'round {round_index}: {system} ...', flush=True)
             run = run_system(system, workdir, round_index, FLAGS.population, peers_python,
                              settings)
@@ -165,7 +187,7 @@ def main(argv):
             print(f'  {run["aggregate_sps"]:,.0f} steps/s, {run["wall_s"]:.1f} s, reached '
                   f'{run["reached"]}', flush=True)
             runs.append(run)
-    summary = summarize(runs, SYSTEMS, FLAGS.population)
+    summary = summarize(runs, FLAGS.systems, FLAGS.population)
     print(format_table(summary))
     if FLAGS.output_json:
         with open(FLAGS.output_json, 'w', encoding='utf-8') as f:

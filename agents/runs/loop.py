@@ -71,6 +71,7 @@ from tensorflow.python import pywrap_tfe
 from agents.algorithms import algorithm as algorithm_lib
 from agents.algorithms import registry
 from agents.runs import (
+    checkpoint_snapshot,
     environments,
     policy_export,
     recovery,
@@ -513,9 +514,14 @@ class TrainingRun:
         # Whether the restored checkpoint held the episodes in flight (see `restore`).
         self.episodes_restored = False
         self._restored = False
-        self._export_thread = None  # An executor while `run` runs.
+        # An executor while `run` runs: the evaluation's compilation ahead, then checkpoints and
+        # policy exports, written in the order they were taken.
+        self._background_thread = None
         self._eval_warmup = None  # The future of the evaluation compiled ahead (see `_run`).
-        self._pending_export = None  # (what, future) of the export being written.
+        # The save in flight: (the step saved before it, its future, or its writes to run).
+        self._pending_save = None
+        self._snapshot = checkpoint_snapshot.CheckpointSnapshot(
+            [run.checkpoint for run in self._runs])
         self._after_save = None  # Called with the saved state complete (see `run`).
         self._signals = None  # The StopSignals watched while `run` runs.
         self._heartbeat = None  # The _Heartbeat of `run`.
@@ -651,14 +657,18 @@ class TrainingRun:
             stack.callback(self._signals.on_stop(self._cancel_env_waits))
             self._heartbeat = stack.enter_context(_Heartbeat(
                 max(self._log_every_secs, 1.0), self._heartbeat_line))
-            self._export_thread = stack.enter_context(concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix='policy-export'))
+            self._background_thread = stack.enter_context(concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix='background'))
             try:
-                latest = self._run(stop_at_step)
-                self._finish_export()
-                return latest
+                return self._run(stop_at_step)
             except BaseException:
-                self._abandon_export()  # The first fault is the one to report.
+                # The first fault is the one to report; a write of the save in flight that
+                # failed too is logged (what it left is cleaned up on resume).
+                failure = self._wait_for_save()
+                if failure is not None:
+                    logging.warning('Could not write %s (%s).', failure.what,
+                                    _tf_reason(failure.error) if isinstance(
+                                        failure.error, tf.errors.OpError) else failure.error)
                 raise
 
     def _cancel_env_waits(self, signum):
@@ -712,7 +722,7 @@ class TrainingRun:
             # Both are traced first, here: tracing in two threads at once would number the
             # graphs' functions in a varying order, and XLA's persistent cache would miss.
             self.check()
-            self._eval_warmup = self._export_thread.submit(
+            self._eval_warmup = self._background_thread.submit(
                 self._eval_rollout, tf.constant(True))
         start_time = time.time()
         start_wall = float(self.wall_time)
@@ -761,6 +771,7 @@ class TrainingRun:
                 self._log_progress(steps, steps_per_sec, episodes, latest)
                 episodes = [0, 0.0]
             self._heartbeat.phase('training')
+        self._finish_save()
         steps = int(self.env_steps)
         if steps < self._total_steps:  # At or past stop_at_step.
             if steps == start_steps:
@@ -1117,6 +1128,7 @@ class TrainingRun:
         """Saves a checkpoint (unless this step has one) and raises Interrupted."""
         steps = int(self.env_steps)
         name = signal.Signals(signum).name
+        self._finish_save()
         if not steps:
             saved = 'nothing to save yet'
         elif self._saved_step != steps:
@@ -1134,7 +1146,11 @@ class TrainingRun:
         """Turns a failed write into a WriteError that names `what` and what was kept."""
         try:
             yield
-        except (OSError, tf.errors.OpError) as error:
+        except (OSError, tf.errors.OpError) as caught:
+            # Free what the failed write took (e.g. on a full disk); a write of the save in
+            # flight that failed is the fault to report (it came first).
+            earlier = self._wait_for_save()
+            what, error = (earlier.what, earlier.error) if earlier else (what, caught)
             if isinstance(error, tf.errors.OpError):
                 reason = _tf_reason(error)
             else:
@@ -1143,8 +1159,6 @@ class TrainingRun:
                     reason = f'{error.filename}: {reason}'
             kept = (f'the last complete checkpoint (step {self._saved_step}) is intact'
                     if self._saved_step is not None else 'no checkpoint was saved yet')
-            # Free what the failed write took (e.g. on a full disk).
-            self._abandon_export()
             for run in self._runs:
                 with contextlib.suppress(OSError):
                     recovery.clean_partial_writes(run.logdir, run.checkpoint_dir, run.policy_dir)
@@ -1158,13 +1172,74 @@ class TrainingRun:
                 run.writer.flush()
 
     def _save_checkpoint(self, steps):
+        """Writes the checkpoint of `steps` now."""
+        self._finish_save()
+        self._start_save([self._checkpoint_write(steps)], steps)
+
+    def _checkpoint_write(self, steps):
+        """(what, write) of the checkpoint of `steps`, whose state is copied now
+        (`CheckpointSnapshot`; a population's members first), so that a thread can write it."""
         if self._population:
             self._agent.to_members()
-        for run in self._runs:
-            with self._writing(f'the checkpoint of step {steps} to {run.checkpoint_dir}'):
+        self._snapshot.take()
+
+        def write():
+            for run in self._runs:
                 run.manager.save(checkpoint_number=steps)
-        self._saved_step = steps
-        self._env_restarts = 0
+
+        if len(self._runs) == 1:
+            return f'the checkpoint of step {steps} to {self._runs[0].checkpoint_dir}', write
+        return (f'the checkpoints of step {steps} to {self._logdir}/'
+                f'{run_dir.MEMBER_DIR.format("*")}/{run_dir.CHECKPOINT_DIR}', write)
+
+    def _start_save(self, writes, steps=None, background=False):
+        """Runs `writes` ((what, write) pairs; with `steps`, the first is the checkpoint of
+        `steps`) in order, stopping at the first that fails: here, or with `background` in the
+        background thread while training goes on. `_finish_save` waits for them and raises the
+        failure as WriteError.
+
+        In one thread and in this order, a reader never finds a metrics line before its
+        checkpoint, nor a policy whose checkpoint is pruned.
+        """
+
+        def write_all():
+            for index, (what, write) in enumerate(writes):
+                try:
+                    write()
+                except (OSError, tf.errors.OpError) as error:
+                    raise _WriteFailed(what, error, checkpointed=steps is None or index > 0) \
+                        from error
+
+        # Named as kept from now on: every way out of the run waits for the save; a failed
+        # checkpoint puts back the step before it.
+        previous = self._saved_step
+        if steps is not None:
+            self._saved_step = steps
+            self._env_restarts = 0
+        self._pending_save = (previous, self._background_thread.submit(write_all)
+                              if background else write_all)
+        if not background:
+            self._finish_save()
+
+    def _finish_save(self):
+        """Waits for the save in flight, if any; a failed write raises WriteError."""
+        failure = self._wait_for_save()
+        if failure is not None:
+            with self._writing(failure.what):
+                raise failure.error
+
+    def _wait_for_save(self):
+        """Waits for the save in flight, if any; returns its _WriteFailed, if a write failed."""
+        if self._pending_save is None:
+            return None
+        (previous, work), self._pending_save = self._pending_save, None
+        try:
+            work.result() if isinstance(work, concurrent.futures.Future) else work()
+        except _WriteFailed as failure:
+            if not failure.checkpointed:
+                self._saved_step = previous
+            return failure
+        return None
 
     def _write_member_config(self, run):
         """Writes a population member's `config.gin`: the population's configuration as a
@@ -1202,16 +1277,21 @@ class TrainingRun:
                 'env_steps_per_sec': float(self.steps_per_sec),
                 'wall_time_s': float(self.wall_time),
             })
-        if save_checkpoint:
-            self._save_checkpoint(steps)
         runs = self._runs if runs is None else runs
-        self._export(steps, runs, background=True)
+        # The snapshot and the policies' copies below reuse the variables the save in flight
+        # writes from.
+        self._finish_save()
+        writes = [self._checkpoint_write(steps)] if save_checkpoint else []
+        exports, background = self._export_writes(steps, runs)
+        writes.extend(exports)
+        for run, record in zip(self._runs, records, strict=True):
+            if run in runs:
+                path = os.path.join(run.logdir, METRICS_FILE)
+                writes.append((path, functools.partial(_append_line, path, record)))
+        self._start_save(writes, steps if save_checkpoint else None, background)
         for run, record in zip(self._runs, records, strict=True):
             if run not in runs:
                 continue
-            path = os.path.join(run.logdir, METRICS_FILE)
-            with self._writing(path), open(path, 'a', encoding='utf-8') as f:
-                f.write(json.dumps(record) + '\n')
             with self._writing(f'the summaries in {run.logdir}'):
                 with run.writer.as_default(step=steps):
                     for name in ('mean_return', 'std_return', 'mean_length'):
@@ -1222,10 +1302,10 @@ class TrainingRun:
         return records[0]
 
     def _publish(self):
-        """Hands the complete save to `after_save`, once the export in flight is written."""
+        """Hands the complete save to `after_save`, once the save in flight is written."""
         if self._after_save is None:
             return
-        self._finish_export()
+        self._finish_save()
         try:
             self._after_save()
         except Exception as error:  # Storage clients raise their own types.
@@ -1234,17 +1314,15 @@ class TrainingRun:
             raise WriteError(f'cannot store the run: {type(error).__name__}: {error}. The run '
                              f'stopped; {kept}. Rerun the same command to resume.') from error
 
-    def _export(self, steps, runs, background=False):
-        """The policy of the checkpoint of `steps`, as a SavedModel in <logdir>/policy/<step>/;
-        policies of checkpoints no longer kept are deleted.
+    def _export_writes(self, steps, runs):
+        """The policy of the checkpoint of `steps`, as a SavedModel in <logdir>/policy/<step>/,
+        copied now; policies of checkpoints no longer kept are deleted. Returns [(what, write)]
+        and whether a thread may write it.
 
-        With `background`, the weights are copied now and written by a thread while training
-        goes on; `_finish_export` waits for it and raises what it raised. The first export is
-        written here all the same: `tf.saved_model.save` sets the process-wide log level to FATAL
-        while it scans the policy's attributes (TensorFlow's AutoTrackable), which in a thread
-        silenced what the run logged meanwhile (a restart warning went missing).
+        The first export may not: `tf.saved_model.save` sets the process-wide log level to
+        FATAL while it scans the policy's attributes (TensorFlow's AutoTrackable), which in a
+        thread silenced what the run logged meanwhile (a restart warning went missing).
         """
-        self._finish_export()
         if self._population:
             self._agent.to_members()
         exports = []
@@ -1252,39 +1330,19 @@ class TrainingRun:
             if run.exporter is None:
                 run.exporter = policy_export.PolicyExporter(
                     run.agent, self._eval_env.observation_space, self._eval_env.action_space)
-            keep = [recovery.checkpoint_step(path) for path in run.manager.checkpoints]
             run.exporter.capture(step=steps,
                                  config=run.configured(gin.operative_config_str()))
-            exports.append((run, os.path.join(run.policy_dir, str(steps)), keep))
+            exports.append((run, os.path.join(run.policy_dir, str(steps))))
 
         def write():
-            for run, directory, keep in exports:
+            for run, directory in exports:
                 run.exporter.write(directory)
-                policy_export.prune_exports(run.policy_dir, keep)
+                policy_export.prune_exports(run.policy_dir, [
+                    recovery.checkpoint_step(path) for path in run.manager.checkpoints])
 
         what = (f'the policy of step {steps} to {exports[0][1]}' if len(exports) == 1 else
                 f'the policies of step {steps} to {self._logdir}/{run_dir.MEMBER_DIR.format("*")}')
-        if background and all(run.exporter.program_saved for run, _, _ in exports):
-            self._pending_export = (what, self._export_thread.submit(write))
-        else:
-            with self._writing(what):
-                write()
-
-    def _finish_export(self):
-        """Waits for the policy export in flight, if any; a failed one raises WriteError."""
-        if self._pending_export is None:
-            return
-        what, future = self._pending_export
-        self._pending_export = None
-        with self._writing(what):
-            future.result()
-
-    def _abandon_export(self):
-        """Waits for the policy export in flight, if any, and drops its error: for when the run
-        already stops for another reason (its interrupted write is cleaned up on resume)."""
-        pending, self._pending_export = self._pending_export, None
-        if pending is not None:
-            concurrent.futures.wait([pending[1]])
+        return [(what, write)], all(run.exporter.program_saved for run, _ in exports)
 
     def _complete_last_save(self, steps, records, stop_at_step=None):
         """Finishes the save of the restored checkpoint if the previous run was stopped in it.
@@ -1307,7 +1365,8 @@ class TrainingRun:
             if unexported:
                 logging.info('Exporting the policy of step %d, which the previous run did not '
                              'finish.', steps)
-                self._export(steps, unexported)
+                self._finish_save()
+                self._start_save(self._export_writes(steps, unexported)[0])
             return None
         logging.warning('Completing the evaluation of step %d: the previous run saved its '
                         'checkpoint but stopped before logging it.', steps)
@@ -1544,6 +1603,20 @@ def _describe_env_failure(error):
     [4, 5] died unexpectedly (killed by SIGKILL)': the first line of the error, no advice."""
     text = run_config.first_line(error).split('; the batch is closed')[0].rstrip('.')
     return f'Training environment failure: {text}'
+
+
+class _WriteFailed(Exception):
+    """A write of a save failed: `what` it wrote, the `error`, and whether the save's
+    checkpoint (its first write) was `checkpointed` before."""
+
+    def __init__(self, what, error, checkpointed):
+        super().__init__(what, error)
+        self.what, self.error, self.checkpointed = what, error, checkpointed
+
+
+def _append_line(path, record):
+    with open(path, 'a', encoding='utf-8') as f:
+        f.write(json.dumps(record) + '\n')
 
 
 def _tf_reason(error):

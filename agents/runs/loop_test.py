@@ -64,10 +64,16 @@ def _pendulum_config():
 @functools.cache
 def finished_run():
     """A run of SHORT to its end (keeping 2 checkpoints), with the threads that wrote its
-    policies: (logdir, the training thread's name, the threads of tf.saved_model.save, the
-    threads of PolicyExporter._write_saved_model). Read-only: copy it to change it."""
-    savers, writers = [], []
+    policies and checkpoints: (logdir, the training thread's name, the threads of
+    tf.saved_model.save, the threads of PolicyExporter._write_saved_model, the threads of
+    CheckpointManager.save). Read-only: copy it to change it."""
+    savers, writers, checkpointers = [], [], []
     save, write = tf.saved_model.save, policy_export.PolicyExporter._write_saved_model
+    save_checkpoint = tf.train.CheckpointManager.save
+
+    def recording_checkpoint(*args, **kwargs):
+        checkpointers.append(threading.current_thread().name)
+        return save_checkpoint(*args, **kwargs)
 
     def recording_save(*args, **kwargs):
         savers.append(threading.current_thread().name)
@@ -80,9 +86,10 @@ def finished_run():
     logdir = _shared_dir('finished')
     with _pendulum_config(), mock.patch.object(tf.saved_model, 'save', recording_save), \
             mock.patch.object(policy_export.PolicyExporter, '_write_saved_model',
-                              recording_write):
+                              recording_write), \
+            mock.patch.object(tf.train.CheckpointManager, 'save', recording_checkpoint):
         loop.train(logdir, total_steps=SHORT_STEPS, checkpoints_to_keep=2, **SHORT)
-    return logdir, threading.current_thread().name, savers, writers
+    return logdir, threading.current_thread().name, savers, writers, checkpointers
 
 
 @functools.cache
@@ -218,7 +225,7 @@ class TrainerTest(parameterized.TestCase):
         self.assertEqual([m['step'] for m in read_metrics(logdir)], SHORT_EVALUATIONS)
 
     def test_policies_exported_in_the_background_match_their_checkpoints(self):
-        logdir, _, _, _ = finished_run()  # Kept 2 checkpoints.
+        logdir = finished_run()[0]  # Kept 2 checkpoints.
         self.assertEqual(sorted(os.listdir(os.path.join(logdir, 'policy'))), ['1024', '1280'])
         env = environments.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
         observ = np.random.default_rng(0).uniform(-1, 1, (20, 3)).astype(np.float32)
@@ -238,10 +245,26 @@ class TrainerTest(parameterized.TestCase):
         # tf.saved_model.save (the first export) lowers the process-wide log level while it
         # runs: beside training it silenced the run's warnings. It must run on the training
         # thread; the later exports (values only) in the background.
-        _, training_thread, savers, writers = finished_run()
+        _, training_thread, savers, writers, _ = finished_run()
         self.assertEqual(savers, [training_thread])
         self.assertLen(writers, len(SHORT_EVALUATIONS) - 1)
-        self.assertTrue(all(name.startswith('policy-export') for name in writers), writers)
+        self.assertTrue(all(name.startswith('background') for name in writers), writers)
+
+    def test_checkpoints_are_written_beside_training(self):
+        # From a snapshot of the variables taken between iterations (checkpoint_snapshot_test).
+        # The first with the first export, on the training thread (see above).
+        logdir, training_thread, _, _, checkpointers = finished_run()
+        self.assertLen(checkpointers, len(SHORT_EVALUATIONS))
+        self.assertEqual(checkpointers[0], training_thread)
+        self.assertTrue(all(name.startswith('background') for name in checkpointers[1:]),
+                        checkpointers)
+        # Each holds the state of its step, not of the iterations trained while it was written.
+        for step in SHORT_EVALUATIONS[-2:]:
+            reader = tf.train.load_checkpoint(
+                os.path.join(logdir, loop.CHECKPOINT_DIR, f'ckpt-{step}'))
+            self.assertEqual(reader.get_tensor('env_steps/.ATTRIBUTES/VARIABLE_VALUE'), step)
+            self.assertEqual(
+                reader.get_tensor('agent/update_count/.ATTRIBUTES/VARIABLE_VALUE'), step // 128)
 
     def test_graph_optimizer_follows_the_backend(self):
         for arguments, disabled in ((dict(env_backend='native'), True),
@@ -339,7 +362,7 @@ class TrainerTest(parameterized.TestCase):
                 run.check()
 
     def test_evaluations_fall_where_an_uninterrupted_run_puts_them(self):
-        uninterrupted, _, _, _ = finished_run()
+        uninterrupted = finished_run()[0]
         resumed, _, _, _ = resumed_run()  # Stopped at 640 steps, then resumed to the end.
         # 128 steps per iteration: the first past each multiple of 300, and the last.
         for logdir in (uninterrupted, resumed):

@@ -86,21 +86,31 @@ class PPOPopulation(algorithm.Algorithm):
             lambda observ: self._act(observ, greedy=True), autograph=False)
         self._compiled_update = tf.function(
             self._update, jit_compile=first.jit_compile, autograph=False)
+        # One call each: copied op by op, K members' variables took 0.2 s per checkpoint.
+        self._compiled_to_members = tf.function(self._to_members, autograph=False)
+        self._compiled_from_members = tf.function(self._from_members, autograph=False)
 
     # Moving state between the stacked form and the members.
 
     def to_members(self):
         """Copies each member's slice of the stacked state into that member's variables."""
-        for stacked, variables in zip(tf.nest.flatten(self.state), self._member_variables(),
-                                      strict=True):
-            for index, variable in enumerate(variables):
-                variable.assign(stacked[index])
+        self._compiled_to_members()
 
     def from_members(self):
         """Stacks the members' variables (e.g. restored from their checkpoints)."""
+        self._compiled_from_members()
+
+    def _to_members(self):
         for stacked, variables in zip(tf.nest.flatten(self.state), self._member_variables(),
                                       strict=True):
-            stacked.assign(tf.stack([variable.read_value() for variable in variables]))
+            for variable, value in zip(variables, tf.unstack(stacked), strict=True):
+                variable.assign(value, read_value=False)
+
+    def _from_members(self):
+        for stacked, variables in zip(tf.nest.flatten(self.state), self._member_variables(),
+                                      strict=True):
+            stacked.assign(tf.stack([variable.read_value() for variable in variables]),
+                           read_value=False)
 
     def undo_members(self, undo, pairs):
         """Ops that put back, for the members where `undo` ([K] bool) is true, the values
