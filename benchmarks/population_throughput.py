@@ -36,8 +36,9 @@ flags.DEFINE_integer('population', 8, 'Members of the population (and seeds of r
                      lower_bound=2)
 flags.DEFINE_integer('rounds', 3, 'Rounds of the systems, alternated; medians are reported.',
                      lower_bound=1)
-flags.DEFINE_list('systems', ['population', 'lone', 'rejax'], 'Systems to run, in this order '
-                  'each round: population, lone, rejax, population_baseline, lone_baseline.')
+flags.DEFINE_list('population_systems', ['population', 'lone', 'rejax'], 'Systems to run, in this '
+                  'order each round: population, lone, rejax, population_baseline, '
+                  'lone_baseline (train_throughput has --systems).')
 # --output_json, --workdir, --peers_python and --baseline_tree are train_throughput's flags.
 FLAGS = flags.FLAGS
 
@@ -161,11 +162,11 @@ def format_table(summary):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-    unknown = sorted(set(FLAGS.systems) - set(SYSTEMS))
+    unknown = sorted(set(FLAGS.population_systems) - set(SYSTEMS))
     if unknown:
         raise app.UsageError(f'Unknown systems: {", ".join(unknown)} (known: '
                              f'{", ".join(SYSTEMS)})')
-    baselines = [system for system in FLAGS.systems if system.endswith('_baseline')]
+    baselines = [system for system in FLAGS.population_systems if system.endswith('_baseline')]
     if baselines and not FLAGS.baseline_tree:
         raise app.UsageError(f'{", ".join(baselines)} need --baseline_tree')
     if FLAGS.baseline_tree and not os.path.isdir(
@@ -176,10 +177,10 @@ def main(argv):
     os.makedirs(workdir, exist_ok=True)
     task = train_throughput.TASKS['pendulum_native']
     settings, _, _ = train_throughput.shared_settings(task, BUDGET)
-    peers_python = train_throughput.peers_python() if 'rejax' in FLAGS.systems else None
+    peers_python = train_throughput.peers_python() if 'rejax' in FLAGS.population_systems else None
     runs = []
     for round_index in range(FLAGS.rounds):
-        for system in FLAGS.systems:
+        for system in FLAGS.population_systems:
             print(f'round {round_index}: {system} ...', flush=True)
             run = run_system(system, workdir, round_index, FLAGS.population, peers_python,
                              settings)
@@ -187,7 +188,7 @@ def main(argv):
             print(f'  {run["aggregate_sps"]:,.0f} steps/s, {run["wall_s"]:.1f} s, reached '
                   f'{run["reached"]}', flush=True)
             runs.append(run)
-    summary = summarize(runs, FLAGS.systems, FLAGS.population)
+    summary = summarize(runs, FLAGS.population_systems, FLAGS.population)
     print(format_table(summary))
     if FLAGS.output_json:
         with open(FLAGS.output_json, 'w', encoding='utf-8') as f:
