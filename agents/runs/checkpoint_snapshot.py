@@ -87,8 +87,7 @@ def _same(variables, others):
 
 def _is_keras_variable(trackable):
     """A Keras 3 variable: a tracked wrapper of the tf.Variable in its `value`."""
-    return hasattr(trackable, 'value') and isinstance(
-        getattr(trackable, 'value', None), tf.Variable) and hasattr(trackable, 'assign')
+    return isinstance(trackable, tf.keras.Variable)
 
 
 def _value(variable):

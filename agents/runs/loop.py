@@ -1322,9 +1322,9 @@ class TrainingRun:
         The first export may not: `tf.saved_model.save` sets the process-wide log level to
         FATAL while it scans the policy's attributes (TensorFlow's AutoTrackable), which in a
         thread silenced what the run logged meanwhile (a restart warning went missing).
+        A population's members already hold its state: copied by the checkpoint of `steps`, or
+        restored from it.
         """
-        if self._population:
-            self._agent.to_members()
         exports = []
         for run in runs:
             if run.exporter is None:
