@@ -1,4 +1,4 @@
-"""Policy and value networks for PPO, built from plain `tf.Module`s and TFP distributions.
+"""Policy and value networks for PPO, built from plain `tf.Module`s.
 
 Every policy shares one interface so that PPO treats feed-forward and recurrent policies alike:
 
@@ -7,7 +7,7 @@ Every policy shares one interface so that PPO treats feed-forward and recurrent 
 * `step(observ, state)` -> `(params, new_state)` for one time step, observ `[B, *observ_shape]`;
 * `sequence(observ, state, reset_mask)` -> params for time-major chunks `[L, B, *observ_shape]`,
   starting from `state` `[B, ...]` and resetting it before step `t` where `reset_mask[t]`;
-* `distribution(params)` -> the TFP action distribution.
+* `distribution(params)` -> the action distribution (distributions.py).
 
 Policies return distribution *parameters* (a dict of tensors) rather than distributions so that the
 rollout can store them and the update can rebuild the behaviour policy for an exact KL.
@@ -20,9 +20,8 @@ import math
 
 import gin
 import tensorflow as tf
-import tensorflow_probability as tfp
 
-tfd = tfp.distributions
+from agents.algorithms import distributions
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -155,8 +154,7 @@ class _FeedForwardPolicy(_Network):
 
 
 def _gaussian_distribution(params):
-    return tfd.Independent(tfd.Normal(params['loc'], params['scale']),
-                           reinterpreted_batch_ndims=1)
+    return distributions.DiagonalGaussian(params['loc'], params['scale'])
 
 
 @gin.configurable
@@ -204,7 +202,7 @@ class FeedForwardCategoricalPolicy(_FeedForwardPolicy):
         return {'logits': self._unflatten(self.logits(self.torso(flat)), batch_shape)}
 
     def distribution(self, params):
-        return tfd.Categorical(logits=params['logits'], dtype=self.action_dtype)
+        return distributions.Categorical(params['logits'], dtype=self.action_dtype)
 
 
 @gin.configurable

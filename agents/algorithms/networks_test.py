@@ -114,7 +114,7 @@ class CategoricalPolicyTest(absltest.TestCase):
         distribution = policy.distribution(params)
         self.assertEqual(distribution.dtype, tf.int32)
         self.assertEqual(policy.action_shape, ())
-        probs = distribution.probs_parameter().numpy()
+        probs = distribution.probs().numpy()
         np.testing.assert_allclose(probs.sum(-1), np.ones(5), rtol=1e-6)
         # Small output gain: the initial policy is close to uniform.
         np.testing.assert_allclose(probs, np.full((5, 3), 1 / 3), atol=0.02)

@@ -879,16 +879,18 @@ class TrainingRun:
             return dict(report, ran=tf.constant(1),
                         stats={name: value[None] for name, value in stats.items()})
         # The loop's variables need the outputs' structure, which a trace of the body tells;
-        # that trace is never run (running the first iteration outside the loop instead made
-        # XLA compile the body twice).
-        stats, report = tf.function(iteration, autograph=False).get_concrete_function(
-            tf.TensorSpec([], tf.bool)).structured_outputs
+        # the loop then calls that trace (tracing the body again would double the time to
+        # build the program; running the first iteration outside the loop made XLA compile it
+        # twice).
+        traced = tf.function(iteration, autograph=False).get_concrete_function(
+            tf.TensorSpec([], tf.bool))
+        stats, report = traced.structured_outputs
         stacked = {name: tf.zeros([size] + value.shape, value.dtype)
                    for name, value in stats.items()}
         report = {name: tf.zeros(value.shape, value.dtype) for name, value in report.items()}
 
         def body(index, reset, stacked, unused_report):
-            stats, report = iteration(reset)
+            stats, report = traced(reset)
             stacked = {name: tf.tensor_scatter_nd_update(values, [[index]], [stats[name]])
                        for name, values in stacked.items()}
             return index + 1, tf.constant(False), stacked, report

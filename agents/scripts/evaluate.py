@@ -16,9 +16,10 @@ import sys
 
 from absl import app, flags, logging
 
-from agents.scripts import log_noise  # imports no TensorFlow
+from agents.scripts import lean_start, log_noise  # import no TensorFlow
 
-with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+# TensorFlow's start-up lines only when asked for; matplotlib, which Keras would load, not at all.
+with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
     from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
     from agents.tools import evaluation

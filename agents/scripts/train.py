@@ -34,7 +34,7 @@ gc.disable()
 from absl import app, flags, logging  # noqa: E402
 
 from agents.runs import xla_cache  # noqa: E402 (imports no TensorFlow)
-from agents.scripts import log_noise  # noqa: E402 (imports no TensorFlow)
+from agents.scripts import lean_start, log_noise  # noqa: E402 (import no TensorFlow)
 
 # XLA's compilation cache is a setting of the process that TensorFlow reads as it loads.
 try:
@@ -43,7 +43,8 @@ try:
 except xla_cache.CacheError as error:
     _xla_cache_error = error
 
-with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+# TensorFlow's start-up lines only when asked for; matplotlib, which Keras would load, not at all.
+with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     import gin
 
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)

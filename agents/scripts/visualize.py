@@ -17,9 +17,10 @@ import time
 
 from absl import app, flags, logging
 
-from agents.scripts import log_noise  # imports no TensorFlow
+from agents.scripts import lean_start, log_noise  # import no TensorFlow
 
-with log_noise.tensorflow_start():  # TensorFlow's start-up lines only when asked for.
+# TensorFlow's start-up lines only when asked for; matplotlib, which Keras would load, not at all.
+with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
     from agents.runs import remote_logdir, restore, run_config, run_dir
     from agents.tools import evaluation, process_env, rendering, video

@@ -249,7 +249,7 @@ class LearningTest(parameterized.TestCase):
         for _ in range(30):
             agent.update(bandit_batch(agent, observ, lambda a: tf.cast(a == 2, tf.float32)))
         params, _ = agent.policy.step(agent.observ_normalizer.normalize(observ), ())
-        probs = agent.policy.distribution(params).probs_parameter().numpy()
+        probs = agent.policy.distribution(params).probs().numpy()
         self.assertGreater(probs[:, 2].min(), 0.9)
 
     def test_recurrent_policy_learns_to_remember_a_cue(self):
