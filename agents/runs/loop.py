@@ -1523,18 +1523,18 @@ class _ScalarWriter:
         self._write(steps, values)
 
     def _graph(self, steps, values):
+        names = tf.constant(self.names)
+        written = tf.where(~tf.math.is_nan(values))  # [M, 2] (step, column), in that order.
         with self._writer.as_default():
             def body(index):
-                for column, name in enumerate(self.names):
-                    value = values[index, column]
-                    # `tf.summary.write` keeps the tag as given (`tf.summary.scalar` would
-                    # prefix the loop's and the condition's name scopes).
-                    tf.cond(tf.math.is_nan(value), lambda: tf.constant(False),
-                            lambda name=name, value=value: tf.summary.write(
-                                name, value, step=steps[index], metadata=_SCALAR_METADATA))
+                row, column = written[index, 0], written[index, 1]
+                # `tf.summary.write` keeps the tag as given (`tf.summary.scalar` would prefix
+                # the loop's name scope).
+                tf.summary.write(tf.gather(names, column), values[row, column],
+                                 step=steps[row], metadata=_SCALAR_METADATA)
                 return index + 1
 
-            tf.while_loop(lambda index: index < tf.shape(steps)[0], body, [tf.constant(0)])
+            tf.while_loop(lambda index: index < tf.shape(written)[0], body, [tf.constant(0)])
 
 
 class _Heartbeat:
