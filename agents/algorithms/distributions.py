@@ -43,12 +43,14 @@ class DiagonalGaussian:
     def log_prob(self, action):
         log_unnormalized = -0.5 * tf.math.squared_difference(
             action / self.scale, self.loc / self.scale)
-        log_normalization = tf.constant(_HALF_LOG_TWO_PI, self.dtype) + tf.math.log(self.scale)
-        return tf.reduce_sum(log_unnormalized - log_normalization, axis=-1)
+        return tf.reduce_sum(log_unnormalized - self._log_normalization(), axis=-1)
 
     def entropy(self):
-        log_normalization = tf.constant(_HALF_LOG_TWO_PI, self.dtype) + tf.math.log(self.scale)
-        return tf.reduce_sum(0.5 + log_normalization, axis=-1)
+        return tf.reduce_sum(0.5 + self._log_normalization(), axis=-1)
+
+    def _log_normalization(self):
+        """Per component, log(sqrt(2 pi) scale)."""
+        return tf.constant(_HALF_LOG_TWO_PI, self.dtype) + tf.math.log(self.scale)
 
     def kl_divergence(self, other):
         """KL(self || other)."""

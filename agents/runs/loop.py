@@ -879,9 +879,8 @@ class TrainingRun:
             return dict(report, ran=tf.constant(1),
                         stats={name: value[None] for name, value in stats.items()})
         # The loop's variables need the outputs' structure, which a trace of the body tells;
-        # the loop then calls that trace (tracing the body again would double the time to
-        # build the program; running the first iteration outside the loop made XLA compile it
-        # twice).
+        # the loop then calls that trace rather than tracing the body a second time (running
+        # the first iteration outside the loop instead made XLA compile it twice).
         traced = tf.function(iteration, autograph=False).get_concrete_function(
             tf.TensorSpec([], tf.bool))
         stats, report = traced.structured_outputs

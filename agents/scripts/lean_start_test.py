@@ -48,11 +48,13 @@ class WithoutMatplotlibTest(absltest.TestCase):
             'afterwards': 'matplotlib.pyplot', 'keras_ok': 2})
 
     def test_restored_after_an_error_in_the_block(self):
+        self.assertNotIn('matplotlib', sys.modules)  # Else the block would hide nothing.
         with self.assertRaises(RuntimeError):
             with lean_start.without_matplotlib():
+                with self.assertRaises(ImportError):
+                    import matplotlib  # noqa: F401
                 raise RuntimeError('boom')
-        self.assertNotIn('matplotlib', {name for name, module in sys.modules.items()
-                                        if module is None})
+        self.assertNotIn('matplotlib', sys.modules)
 
 
 if __name__ == '__main__':

@@ -132,8 +132,8 @@ class Simulator(tf.Module):
         # vectorised over the rollout: next to the environments' Python, each op in the loop
         # costs more than it costs alone (measured; benchmarks/README.md).
         first = self._episode_starts(reset)
-        # The first step runs before the loop and the others in it: one trace serves both,
-        # which halves the time to build the rollout.
+        # The first step runs before the loop and the others in it: one trace serves both
+        # (tracing the step is most of the time to build the rollout).
         act_and_step = tf.function(self._act_and_step, autograph=False).get_concrete_function(
             tf.TensorSpec(first.shape, tf.bool))
         steps = _stack_over_time(
