@@ -47,6 +47,15 @@ class NetworkFloorTest(absltest.TestCase):
         self.assertRegex(lines[1], r'^jit_compile=false: network floor: .* over 2 ')
         self.assertRegex(lines[2], r'update / floor, median of the pairs \d+\.\d\d \(from ')
 
+    @flagsaver.flagsaver(**SMALL)
+    def test_without_floor_prints_the_update_alone(self):
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            ppo_update.time_setting('true')
+        (line,) = output.getvalue().splitlines()
+        self.assertRegex(line, r'^jit_compile=true: update: first call .* over 2 .* us per '
+                               r'gradient step')
+
 
 if __name__ == '__main__':
     absltest.main()
