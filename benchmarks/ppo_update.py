@@ -73,9 +73,11 @@ def make_agent(jit_compile):
 
 
 def network_floor(agent, batch, jit_compile):
-    """A program with the update's network work alone: for each of the update's minibatches
-    (the same count and size, shuffled alike), the policy's and the value's forward pass, the
-    gradient of a sum of their outputs' mean squares and a plain gradient step."""
+    """A program with the update's network work alone: for as many minibatches of the same
+    size as the update trains on (drawn the same way, from a fixed seed), the policy's and the
+    value's forward pass, the gradient of a sum of their outputs' mean squares and a plain
+    gradient step on `agent`'s weights (so `agent` should not be the one whose update is
+    timed)."""
     if agent.policy.recurrent:
         raise app.UsageError('--floor times feed-forward policies only.')
     observ = tf.reshape(agent.normalize(batch['observ']), [-1, FLAGS.observ_size])
