@@ -122,6 +122,27 @@ class CorruptionTest(absltest.TestCase):
         self.assertEqual([record['step'] for record in harness.metrics(self.logdir)],
                          [512, 1024, 1536])
 
+    def test_export_cut_before_its_program_is_written_again(self):
+        # As a kill during the upload to a bucket leaves a run (variables first, saved_model.pb
+        # and fingerprint.pb next, metrics.jsonl last), downloaded by the resuming trainer.
+        export = os.path.join(self.logdir, 'policy', '1536')
+        for name in ('saved_model.pb', 'fingerprint.pb'):
+            os.remove(os.path.join(export, name))
+        path = os.path.join(self.logdir, 'metrics.jsonl')
+        with open(path) as f:
+            lines = f.readlines()
+        with open(path, 'w') as f:
+            f.write(''.join(lines[:-1]))
+        result = self.rerun()
+        self.assertEqual(result.returncode, 0, result.stderr[-5000:])
+        self.assertRegex(result.stderr, r'Removed what interrupted writes left: \S+/policy/1536')
+        self.assertIn('Completing the evaluation of step 1536', result.stderr)
+        self.assertTrue(os.path.isfile(os.path.join(export, 'saved_model.pb')))
+        self.assertEqual(sorted(os.listdir(os.path.join(self.logdir, 'policy'))),
+                         ['1024', '1536', '512'])
+        self.assertEqual([record['step'] for record in harness.metrics(self.logdir)],
+                         [512, 1024, 1536])
+
     def test_corrupt_metrics_line_is_reported_not_fatal(self):
         path = os.path.join(self.logdir, 'metrics.jsonl')
         with open(path) as f:

@@ -9,6 +9,8 @@ what resuming does about it:
 - temporary files and directories of a write in progress (`ckpt-N_temp/`, `checkpoint.tmp*`,
   `policy/.N.partial-*`, `*.tmp-<pid>`): removed (an earlier export moved aside to
   `policy/.N.old-*` goes back in place if nothing replaced it);
+- checkpoint data without its index, and an export `policy/N/` without its `saved_model.pb`
+  (what a cut upload leaves in a bucket, downloaded when the run resumes): removed;
 - a checkpoint that does not read back (a truncated or overwritten file, a disk error): moved to
   `checkpoints/corrupt/` with a warning, and the run resumes from the newest one that reads
   back; if none does, a `RecoveryError` says so and nothing is changed;
@@ -82,6 +84,13 @@ def clean_partial_writes(logdir, checkpoint_dir, policy_dir):
                          original)
     patterns.append(os.path.join(policy_dir, '.*.old-*'))
     removed = [path for pattern in patterns for path in glob.glob(pattern)]
+    # An export without its program: a bucket's upload (variables first, saved_model.pb last)
+    # was cut short, and resuming downloaded what had arrived. The trainer owns the exports
+    # named by step; metrics go up last, so it exports the checkpoint it resumes from again.
+    for path in glob.glob(os.path.join(policy_dir, '[0-9]*')):
+        if (re.fullmatch(r'\d+', os.path.basename(path)) and os.path.isdir(path) and
+                not os.path.isfile(os.path.join(path, 'saved_model.pb'))):
+            removed.append(path)
     # Data files without their index: the index is written last, or deleted first.
     for path in glob.glob(os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-*.data-*')):
         if not os.path.exists(path.split('.data-')[0] + '.index'):

@@ -174,6 +174,7 @@ class NewestReadableCheckpointTest(CheckpointsTestCase):
 class CleanPartialWritesTest(absltest.TestCase):
 
     def test_removes_leftovers_and_restores_a_moved_export(self):
+        # policy/9 holds the variables of an upload cut before its saved_model.pb.
         logdir = self.create_tempdir()
         checkpoints = os.path.join(logdir.full_path, 'checkpoints')
         policy = os.path.join(logdir.full_path, 'policy')
@@ -186,7 +187,9 @@ class CleanPartialWritesTest(absltest.TestCase):
                 logdir.create_file('checkpoints/ckpt-9.data-00000-of-00001').full_path,
                 logdir.create_file('policy/.9.partial-abc/saved_model.pb').full_path,
                 logdir.create_file('policy/.5.old-xyz/saved_model.pb').full_path,
-                logdir.create_file('operative_config.gin.tmp-77').full_path]
+                logdir.create_file('operative_config.gin.tmp-77').full_path,
+                os.path.dirname(os.path.dirname(
+                    logdir.create_file('policy/9/variables/variables.index').full_path))]
         logdir.create_file('policy/.7.old-def/saved_model.pb', 'the only export of step 7')
         removed = recovery.clean_partial_writes(logdir.full_path, checkpoints, policy)
         self.assertLen(removed, len(gone))
