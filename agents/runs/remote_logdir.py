@@ -8,7 +8,8 @@ resumes it) and is uploaded at every evaluation and checkpoint (`sync`) and at t
 Uploads keep the bucket's run resumable at every moment: checkpoint data before the index that
 names it, a policy's variables before its `saved_model.pb`, `metrics.jsonl` after both (nothing
 the run logs leads its checkpoints), and files the trainer removed (older checkpoints and
-policies) are deleted only after that. A lease (lease.py) keeps a second trainer out.
+policies) are deleted only after that, in the reverse order. A sync cut at any object thus
+leaves what resuming repairs (recovery.py). A lease (lease.py) keeps a second trainer out.
 """
 
 import os
@@ -107,7 +108,10 @@ class StagedLogdir:
             run_dir.upload(os.path.join(self.local, *relative.split('/')),
                            run_dir.join(self.url, relative))
             self._uploaded[relative] = stat
-        removed = sorted(set(self._uploaded) - local)
+        # Referring files go first, so that a cut leaves what recovery removes (data without
+        # its index, variables without their program), never a reference to nothing.
+        removed = sorted(set(self._uploaded) - local, key=lambda r: (_upload_rank(r), r),
+                         reverse=True)
         run_dir.delete([run_dir.join(self.url, relative) for relative in removed])
         for relative in removed:
             del self._uploaded[relative]

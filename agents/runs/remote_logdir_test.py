@@ -1,12 +1,13 @@
 """Tests of StagedLogdir, a bucket run's local staging directory, against a GCS emulator."""
 
+import json
 import os
 import tempfile
 from unittest import mock
 
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, remote_logdir, run_dir
+from agents.runs import gcs_testing, recovery, remote_logdir, run_dir
 from agents.runs import lease as lease_lib
 
 URL = 'gs://runs/run'
@@ -157,6 +158,68 @@ class StagedLogdirTest(absltest.TestCase):
         self.assertFalse([name for name in objects if 'ckpt-1' in name or '2048/' in name])
         self.assertEqual(objects['checkpoints/ckpt-2.index'], b'index-2')
         self.assertEqual(objects['policy/4096/saved_model.pb'], b'graph')
+
+    def test_a_sync_cut_at_any_object_leaves_what_resuming_repairs(self):
+        # A trainer killed during a sync leaves the bucket with the sync's uploads and deletes
+        # done up to some object. Each such bucket, downloaded and cleaned as a resuming
+        # trainer does, must name no file it lacks: the checkpoint and policy data before what
+        # refers to them, metrics never past a checkpoint.
+        def save(step):
+            return {f'checkpoints/ckpt-{step}.index': b'index',
+                    f'checkpoints/ckpt-{step}.data-00000-of-00001': b'data',
+                    f'policy/{step}/saved_model.pb': b'graph',
+                    f'policy/{step}/fingerprint.pb': b'fingerprint',
+                    f'policy/{step}/variables/variables.index': b'variables-index',
+                    f'policy/{step}/variables/variables.data-00000-of-00001': b'variables-data'}
+
+        staged, local = self.open()
+        first = {'config.gin': b'', 'checkpoints/checkpoint': b'model_checkpoint_path: '
+                 b'"ckpt-2048"\n', 'metrics.jsonl': b'{"step": 2048}\n', **save(2048)}
+        write(local, first)
+        staged.sync()
+        # The next evaluation's save; the rotation removed the first checkpoint and policy.
+        for relative in save(2048):
+            os.remove(os.path.join(local, *relative.split('/')))
+        write(local, {'checkpoints/checkpoint': b'model_checkpoint_path: "ckpt-4096"\n',
+                      'metrics.jsonl': b'{"step": 2048}\n{"step": 4096}\n', **save(4096)})
+        calls = self.record_uploads()
+        staged.sync()
+        self.assertLen(calls, 14)  # 8 uploads (the save, the state file, metrics), 6 deletes.
+
+        bucket = dict(first)
+        for cut in range(len(calls) + 1):
+            if cut:
+                kind, relative = calls[cut - 1]
+                if kind == 'upload':
+                    with open(os.path.join(local, *relative.split('/')), 'rb') as f:
+                        bucket[relative] = f.read()
+                else:
+                    del bucket[relative]
+            resumed = self.create_tempdir().full_path
+            write(resumed, bucket)
+            checkpoints = os.path.join(resumed, 'checkpoints')
+            recovery.clean_partial_writes(resumed, checkpoints, os.path.join(resumed, 'policy'))
+            names = set(run_dir.list_files(resumed))
+            where = f'cut after {calls[:cut]}'
+            steps = set()
+            for name in names:
+                if name.startswith('checkpoints/ckpt-'):
+                    prefix = name.split('.')[0]
+                    self.assertLessEqual({f'{prefix}.index', f'{prefix}.data-00000-of-00001'},
+                                         names, where)
+                    steps.add(int(prefix.split('-')[-1]))
+                if name.startswith('policy/'):
+                    export = '/'.join(name.split('/')[:2])
+                    self.assertLessEqual({f'{export}/saved_model.pb',
+                                          f'{export}/variables/variables.index',
+                                          f'{export}/variables/variables.data-00000-of-00001'},
+                                         names, where)
+            with open(os.path.join(checkpoints, 'checkpoint')) as f:
+                named = int(f.read().split('ckpt-')[1].split('"')[0])
+            self.assertIn(named, steps, where)
+            with open(os.path.join(resumed, 'metrics.jsonl')) as f:
+                logged = max(json.loads(line)['step'] for line in f)
+            self.assertLessEqual(logged, max(steps), where)
 
     def test_temporary_files_are_not_uploaded(self):
         staged, local = self.open()

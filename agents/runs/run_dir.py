@@ -225,7 +225,7 @@ def is_empty_directory(path):
 
 
 def delete(paths):
-    """Deletes files; missing ones are no error."""
+    """Deletes files one by one in the order given; missing ones are no error."""
     paths = list(paths)
     if not paths:
         return
@@ -247,9 +247,9 @@ def delete(paths):
                 pass
         return
     file_systems = filesystems(paths[0])
-    present = [path for path in paths if file_systems.exists(path)]
-    if present:
-        file_systems.delete(present)
+    for path in paths:
+        if file_systems.exists(path):
+            file_systems.delete([path])
 
 
 def split_gcs_path(path):
