@@ -29,7 +29,6 @@ environment step it was exported at and the run's operative gin configuration, f
 import copy
 import json
 import os
-import re
 import shutil
 import tempfile
 
@@ -282,14 +281,6 @@ def export_policy(agent, directory, observation_space, action_space, step=None, 
     return exporter.export(directory, step=step, config=config)
 
 
-def exported_steps(policy_dir):
-    """Steps of the policies exported under `policy_dir` (named by step), ascending."""
-    if not os.path.isdir(policy_dir):
-        return []
-    return sorted(int(name) for name in os.listdir(policy_dir)
-                  if re.fullmatch(r'\d+', name) and os.path.isdir(os.path.join(policy_dir, name)))
-
-
 def prune_exports(policy_dir, keep_steps):
     """Deletes the policies under `policy_dir` whose step is not in `keep_steps`.
 
@@ -297,7 +288,7 @@ def prune_exports(policy_dir, keep_steps):
     Only directories named by a step number are touched.
     """
     keep = {int(step) for step in keep_steps}
-    for step in exported_steps(policy_dir):
+    for step in run_dir.exported_steps(policy_dir):
         if step not in keep:
             shutil.rmtree(os.path.join(policy_dir, str(step)))
 

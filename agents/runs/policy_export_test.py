@@ -17,7 +17,7 @@ from absl.testing import absltest
 
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
-from agents.runs import policy_export
+from agents.runs import policy_export, run_dir
 from agents.tools import gin_testing
 
 OBSERV_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
@@ -309,10 +309,10 @@ class PolicyExportTest(absltest.TestCase):
         for name in ('100', '200', '300', 'notes'):
             parent.mkdir(name)
         parent.create_file('400')  # A file named like a step is not an export.
-        self.assertEqual(policy_export.exported_steps(parent.full_path), [100, 200, 300])
+        self.assertEqual(run_dir.exported_steps(parent.full_path), [100, 200, 300])
         policy_export.prune_exports(parent.full_path, [200, 300, 500])
         self.assertEqual(sorted(os.listdir(parent.full_path)), ['200', '300', '400', 'notes'])
-        self.assertEqual(policy_export.exported_steps(os.path.join(self.directory, 'no')), [])
+        self.assertEqual(run_dir.exported_steps(os.path.join(self.directory, 'no')), [])
 
     def test_loading_something_else_is_a_clear_error(self):
         with self.assertRaisesRegex(policy_export.PolicyLoadError, 'no saved_model.pb'):

@@ -87,10 +87,8 @@ def clean_partial_writes(logdir, checkpoint_dir, policy_dir):
     # An export without its program: a bucket's upload (variables first, saved_model.pb last)
     # was cut short, and resuming downloaded what had arrived. The trainer owns the exports
     # named by step; metrics go up last, so it exports the checkpoint it resumes from again.
-    for path in glob.glob(os.path.join(policy_dir, '[0-9]*')):
-        if (re.fullmatch(r'\d+', os.path.basename(path)) and os.path.isdir(path) and
-                not os.path.isfile(os.path.join(path, 'saved_model.pb'))):
-            removed.append(path)
+    removed += [os.path.join(policy_dir, str(step)) for step in run_dir.exported_steps(policy_dir)
+                if not os.path.isfile(os.path.join(policy_dir, str(step), 'saved_model.pb'))]
     # Data files without their index: the index is written last, or deleted first.
     for path in glob.glob(os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-*.data-*')):
         if not os.path.exists(path.split('.data-')[0] + '.index'):

@@ -33,15 +33,18 @@ _REFERRING = (f'{run_dir.CHECKPOINT_DIR}/checkpoint', 'saved_model.pb', 'fingerp
 _MEMBER = re.compile('^' + run_dir.MEMBER_DIR.format(r'\d+') + '/')
 
 
-def _upload_rank(relative):
-    relative = _MEMBER.sub('', relative)
-    if relative in _LAST:
-        return 3
-    if relative.endswith(_REFERRING):
-        return 1
-    if relative.startswith((run_dir.CHECKPOINT_DIR + '/', run_dir.POLICY_DIR + '/')):
-        return 0
-    return 2
+def _upload_order(relative):
+    """The sort key of `relative` among a sync's uploads."""
+    ranked = _MEMBER.sub('', relative)
+    if ranked in _LAST:
+        rank = 3
+    elif ranked.endswith(_REFERRING):
+        rank = 1
+    elif ranked.startswith((run_dir.CHECKPOINT_DIR + '/', run_dir.POLICY_DIR + '/')):
+        rank = 0
+    else:
+        rank = 2
+    return rank, relative
 
 
 class StagedLogdir:
@@ -103,15 +106,14 @@ class StagedLogdir:
                  if relative not in self._ignored and '.tmp-' not in relative}
         changed = [relative for relative in local
                    if self._uploaded.get(relative) != self._stat(relative)]
-        for relative in sorted(changed, key=lambda r: (_upload_rank(r), r)):
+        for relative in sorted(changed, key=_upload_order):
             stat = self._stat(relative)
             run_dir.upload(os.path.join(self.local, *relative.split('/')),
                            run_dir.join(self.url, relative))
             self._uploaded[relative] = stat
         # Referring files go first, so that a cut leaves what recovery removes (data without
         # its index, variables without their program), never a reference to nothing.
-        removed = sorted(set(self._uploaded) - local, key=lambda r: (_upload_rank(r), r),
-                         reverse=True)
+        removed = sorted(set(self._uploaded) - local, key=_upload_order, reverse=True)
         run_dir.delete([run_dir.join(self.url, relative) for relative in removed])
         for relative in removed:
             del self._uploaded[relative]

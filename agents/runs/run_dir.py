@@ -217,6 +217,14 @@ def list_files(directory):
             not basename(metadata.path).startswith(PROBE_PREFIX)}
 
 
+def exported_steps(policy_dir):
+    """Steps of the policies exported under a local `policy_dir` (named by step), ascending."""
+    if not os.path.isdir(policy_dir):
+        return []
+    return sorted(int(name) for name in os.listdir(policy_dir)
+                  if re.fullmatch(r'\d+', name) and os.path.isdir(os.path.join(policy_dir, name)))
+
+
 def is_empty_directory(path):
     """Whether nothing is stored under `path` (a missing directory is empty)."""
     if not is_remote(path):
