@@ -111,10 +111,14 @@ class Task:
     baseline: str | None = None
 
 
-# 4096 environments: 32 minibatches of 1024 (8 of 4096 reached -200 in 1 of 3 seeds by 600k).
+# 4096 environments: 32 minibatches of 1024 (8 of 4096 reached -200 in 1 of 3 seeds by 600k),
+# the policy and the value network trained side by side, one on each core (benchmarks/README.md,
+# "Policy and value side by side").
 NATIVE_4096_BINDINGS = ('train.num_envs = 4096', 'train.rollout_length = 8',
                         'train.eval_every_steps = 32768', 'train.jit_compile = True',
-                        'PPO.num_minibatches = 32')
+                        'PPO.num_minibatches = 32', 'PPO.jit_compile = True',
+                        'PPO.concurrent_networks = True',
+                        'configure_threads.inter_op_threads = 2')
 
 TASKS = {
     'pendulum': Task(('configs/pendulum.gin',), (), 100_000, threshold=-200.0),

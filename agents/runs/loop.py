@@ -474,8 +474,13 @@ class TrainingRun:
         self._dropped_in_a_row = 0
         # Autograph off: the code has no tensor-dependent Python control flow, and converting
         # it lengthened the first iteration's tracing by seconds.
+        # An agent whose update runs programs side by side (PPO's concurrent_networks) calls
+        # them itself: one XLA program around the iteration would fuse them into one again,
+        # so XLA then compiles the rollout alone.
+        concurrent_update = getattr(agent, 'concurrent_networks', False)
         self._compiled_iterations = tf.function(
-            self._iterations_graph, autograph=False, jit_compile=jit_compile)
+            self._iterations_graph, autograph=False,
+            jit_compile=jit_compile and not concurrent_update)
         # Native evaluation environments run whole episodes in one call; Gymnasium's in calls
         # of `_EVAL_CHUNK` steps, between which the run checks for stop signals.
         self._native_eval = getattr(eval_env, 'vector_env', None) is None
@@ -484,6 +489,13 @@ class TrainingRun:
             autograph=False, jit_compile=jit_compile)
         train_agent = simulated_agent.SimulatedAgent(agent, len(train_env))
         self._train_sim = simulate.Simulator(train_env, train_agent)
+        self._rollout = functools.partial(self._train_sim.rollout, rollout_length)
+        if jit_compile and concurrent_update:
+            self._rollout = tf.function(self._rollout, autograph=False, jit_compile=True)
+        if concurrent_update and tf.config.threading.get_inter_op_parallelism_threads() == 1:
+            logging.warning('The agent trains its networks side by side, but TensorFlow has one '
+                            'inter-op thread, which runs them one after the other; set '
+                            'configure_threads.inter_op_threads = 2.')
         self._eval_sim = simulate.Simulator(
             eval_env, simulated_agent.SimulatedAgent(agent, len(eval_env), greedy=True))
         self.env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name='env_steps')
@@ -903,7 +915,7 @@ class TrainingRun:
 
     def _iteration_graph(self, reset):
         """One iteration: the rollout and the update, with the update undone if non-finite."""
-        transitions = self._train_sim.rollout(self._rollout_length, reset=reset)
+        transitions = self._rollout(reset=reset)
         batch = {
             'observ': transitions.observ,
             'action': transitions.action,

@@ -294,6 +294,26 @@ class TrainerTest(parameterized.TestCase):
         for record in metrics:
             self.assertBetween(record['mean_length'], 8, 500)
 
+    def test_networks_side_by_side_keep_their_two_programs_under_xla(self):
+        # train.jit_compile compiles the rollout alone then: one program around the iteration
+        # would make the update's two one again.
+        gin.bind_parameter('PPO.concurrent_networks', True)
+        gin.bind_parameter('PPO.jit_compile', True)
+        logdir = self.create_tempdir().full_path
+        with mock.patch.object(tf.config.threading, 'get_inter_op_parallelism_threads',
+                               return_value=1), self.assertLogs(level='WARNING') as logs:
+            with loop.training_run(logdir, env_id='Pendulum-v1', total_steps=512, num_envs=8,
+                                   rollout_length=32, env_backend='native', jit_compile=True,
+                                   native_dtype='float32', eval_every_steps=256,
+                                   eval_episodes=2, seed=0) as run:
+                self.assertFalse(run._compiled_iterations._jit_compile)
+                self.assertTrue(run._rollout._jit_compile)
+                run.run()
+        self.assertIn('set configure_threads.inter_op_threads = 2', '\n'.join(logs.output))
+        metrics = read_metrics(logdir)
+        self.assertEqual([m['step'] for m in metrics], [256, 512])
+        self.assertTrue(all(np.isfinite(m['mean_return']) for m in metrics))
+
     def test_native_backend_mistakes(self):
         for arguments, message in (
                 (dict(env_id='MountainCar-v0'), "no native environment for 'MountainCar-v0'; "

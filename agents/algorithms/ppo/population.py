@@ -491,6 +491,9 @@ def _check_members(members):
     if first._objective != 'clipped':
         raise ValueError(f'a population trains PPO\'s clipped objective, not '
                          f'{first._objective!r}.')
+    if first.concurrent_networks:
+        raise ValueError('a population trains its members\' networks in one program; '
+                         'PPO.concurrent_networks = True does not apply to it.')
     shapes = {tuple(tuple(variable.shape) for variable in tf.nest.flatten(_lone_state(member)))
               for member in members}
     if len(shapes) > 1:

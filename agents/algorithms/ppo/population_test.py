@@ -164,6 +164,9 @@ class PopulationTest(parameterized.TestCase):
             population.PPOPopulation(make, [{'seed': 1, 'value_coef': 1.0}])
         with self.assertRaisesRegex(ValueError, 'clipped objective'):
             population.PPOPopulation(_make(objective='kl_penalty'), [{'seed': 1}])
+        with self.assertRaisesRegex(ValueError, 'concurrent_networks = True does not apply'):
+            population.PPOPopulation(_make(jit_compile=True, concurrent_networks=True),
+                                     [{'seed': 1}])
         recurrent = functools.partial(
             ppo.PPO, (OBSERV_SIZE,), 2, NUM_ENVS,
             policy_network=networks.RecurrentGaussianPolicy)

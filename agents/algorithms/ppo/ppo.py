@@ -10,6 +10,8 @@ updated at the end of `update`, so what `act` recorded matches what `update` rec
 its first gradient step.
 """
 
+import functools
+
 import gin
 import tensorflow as tf
 
@@ -68,6 +70,7 @@ class PPO(actor_critic.ActorCritic):
             reward_clip=10.0,
             jit_compile=True,
             jit_compile_act=False,
+            concurrent_networks=False,
             seed=0,
             name=None):
         """Builds the agent.
@@ -113,6 +116,12 @@ class PPO(actor_critic.ActorCritic):
             act's work on TF's intra-op threads, and the woken thread then spins on the core
             that environment worker processes need (measured slower with worker processes;
             see benchmarks/README.md, "Sampling without XLA").
+          concurrent_networks: train the policy and the value network in two XLA programs that
+            run side by side, on two cores (benchmarks/README.md, "Policy and value side by
+            side"). Each network then has its own Adam and its own `max_grad_norm` clip, as
+            in Spinning Up's PPO, and `early_stop_kl` stops the policy's steps alone. Needs
+            `jit_compile`, and the update outside any larger XLA program (the run loop's
+            `train.jit_compile` off), which would make the two programs one again.
           seed: seeds network initialization, action sampling and minibatch shuffling.
           name: module name.
         """
@@ -156,6 +165,22 @@ class PPO(actor_critic.ActorCritic):
         self._kl_tolerance = tuple(kl_tolerance)
         self._kl_penalty_change = kl_penalty_change
         self.kl_penalty = tf.Variable(float(kl_init_penalty), trainable=False, name='kl_penalty')
+        self.concurrent_networks = bool(concurrent_networks)
+        if self.concurrent_networks:
+            if not jit_compile:
+                raise ValueError('concurrent_networks needs jit_compile: the networks train side '
+                                 'by side as two XLA programs.')
+            # `self.optimizer` then steps the policy alone.
+            self.value_optimizer = tf.keras.optimizers.Adam(
+                learning_rate=learning_rate, epsilon=adam_epsilon)
+            self.value_optimizer.build(self.value.trainable_variables)
+            # The update's own graph stays outside XLA, so that TF's executor runs the two
+            # programs at once.
+            self._compiled_update = tf.function(self._update, autograph=False)
+            self._network_programs = {
+                network: tf.function(functools.partial(self._network_steps, network),
+                                     jit_compile=True, autograph=False)
+                for network in ('policy', 'value')}
 
     def update(self, batch):
         """Trains on one time-major rollout (see algorithm.py); returns scalar metrics.
@@ -228,47 +253,40 @@ class PPO(actor_critic.ActorCritic):
         })
         return metrics
 
+    def train_variables(self):
+        variables = super().train_variables()
+        if self.concurrent_networks:
+            variables[-1:-1] = [variable.value for variable in self.value_optimizer.variables]
+        return variables
+
+    def _anneal_learning_rate(self):
+        super()._anneal_learning_rate()
+        if self.concurrent_networks:
+            self.value_optimizer.learning_rate.assign(self.optimizer.learning_rate)
+
     def _train_minibatches(self, data, initial_state, minibatch_indices):
-        """Epochs x shuffled minibatches as one in-graph loop, then the KL penalty adaptation."""
-        num_steps = tf.shape(minibatch_indices)[0]
-        zero_metrics = {name: tf.constant(0.0) for name in METRIC_NAMES}
-
-        def gather(indices):
-            minibatch = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=1), data)
-            state = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=0), initial_state)
-            return minibatch, state
-
-        def train_step(step, unused_stopped, sums, unused_nonfinite):
-            minibatch, state = gather(minibatch_indices[step])
-            with tf.GradientTape() as tape:
-                loss, metrics = self.loss(minibatch, state)
-            gradients = tape.gradient(loss, self._trainable)
-            if self._max_grad_norm:
-                gradients, norm = tf.clip_by_global_norm(gradients, self._max_grad_norm)
-            else:
-                norm = tf.linalg.global_norm(gradients)
-            metrics['gradient_norm'] = norm
-            # A non-finite loss or gradient (the global norm of a gradient with a NaN or an
-            # infinity is not finite) stops the update before it reaches the weights.
-            nonfinite = tf.where(~tf.math.is_finite(loss), 1,
-                                 tf.where(~tf.math.is_finite(norm), 2, 0))
-            stop = nonfinite > 0
-            if self._early_stop_kl:
-                stop = stop | (metrics['kl'] > self._early_stop_kl)
-
-            def apply():
-                self.optimizer.apply_gradients(zip(gradients, self._trainable, strict=True))
-                return tf.nest.map_structure(tf.add, sums, metrics)
-
-            sums = tf.cond(stop, lambda: sums, apply)
-            return step + 1, stop, sums, nonfinite
-
-        num_steps_taken, stopped, sums, nonfinite = tf.while_loop(
-            lambda step, stopped, unused_sums, unused_nonfinite: (step < num_steps) & ~stopped,
-            train_step, (tf.constant(0), tf.constant(False), zero_metrics, tf.constant(0)))
-        # The step that triggered an early stop was not applied.
-        num_applied = tf.cast(num_steps_taken - tf.cast(stopped, tf.int32), tf.float32)
-        metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
+        """Epochs x shuffled minibatches as one in-graph loop (or two side by side, one per
+        network), then the KL penalty adaptation."""
+        if self.concurrent_networks:
+            policy, value = (self._network_programs[network](data, initial_state,
+                                                              minibatch_indices)
+                             for network in ('policy', 'value'))
+            num_applied, sums, nonfinite = policy
+            value_applied, value_sums, value_nonfinite = value
+            metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
+            metrics['value_loss'] = value_sums['value_loss'] / tf.maximum(value_applied, 1.0)
+            metrics['loss'] = (metrics['policy_loss'] + self._value_coef * metrics['value_loss']
+                               - self._entropy_coef * metrics['entropy'])
+            # Of the networks' mean norms, as the joint update's norm is of their steps' norms.
+            metrics['gradient_norm'] = tf.sqrt(
+                tf.square(metrics['gradient_norm']) +
+                tf.square(value_sums['gradient_norm'] / tf.maximum(value_applied, 1.0)))
+            nonfinite = tf.where(nonfinite > 0, nonfinite, value_nonfinite)
+        else:
+            num_applied, sums, nonfinite = self._steps(
+                self.loss, self._trainable, self.optimizer, self._early_stop_kl,
+                data, initial_state, minibatch_indices)
+            metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
 
         # KL between the behaviour policy and the updated one over the whole batch.
         policy = self.policy.distribution(
@@ -285,6 +303,69 @@ class PPO(actor_critic.ActorCritic):
         metrics['num_gradient_steps'] = num_applied
         metrics['nonfinite'] = tf.cast(nonfinite, tf.float32)  # See NONFINITE_QUANTITIES.
         return metrics
+
+    def _network_steps(self, network, data, initial_state, minibatch_indices):
+        """One network's epochs x minibatches (`concurrent_networks`): the objective with the
+        other network's part fixed at what the rollout recorded, stepped by the network's own
+        optimizer."""
+        if network == 'policy':
+            def loss(minibatch, state):
+                params = self.policy.sequence(minibatch['observ'], state, minibatch['reset'])
+                return self.objective(self.policy.distribution(params), minibatch['value'],
+                                      minibatch, self._clip_ratio, self._entropy_coef)
+            return self._steps(loss, self.policy.trainable_variables, self.optimizer,
+                               self._early_stop_kl, data, initial_state, minibatch_indices)
+
+        def loss(minibatch, unused_state):
+            behaviour = self.policy.distribution(minibatch['policy_params'])
+            return self.objective(behaviour, self.value(minibatch['observ']), minibatch,
+                                  self._clip_ratio, self._entropy_coef)
+        return self._steps(loss, self.value.trainable_variables, self.value_optimizer, None,
+                           data, initial_state, minibatch_indices)
+
+    def _steps(self, loss_fn, variables, optimizer, early_stop_kl, data, initial_state,
+               minibatch_indices):
+        """Gradient steps of `loss_fn` on `variables`, one per row of `minibatch_indices`, in
+        one in-graph loop: (steps applied, the metrics' sums over them, nonfinite code)."""
+        num_steps = tf.shape(minibatch_indices)[0]
+        zero_metrics = {name: tf.constant(0.0) for name in METRIC_NAMES}
+
+        def gather(indices):
+            minibatch = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=1), data)
+            state = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=0), initial_state)
+            return minibatch, state
+
+        def train_step(step, unused_stopped, sums, unused_nonfinite):
+            minibatch, state = gather(minibatch_indices[step])
+            with tf.GradientTape() as tape:
+                loss, metrics = loss_fn(minibatch, state)
+            gradients = tape.gradient(loss, variables)
+            if self._max_grad_norm:
+                gradients, norm = tf.clip_by_global_norm(gradients, self._max_grad_norm)
+            else:
+                norm = tf.linalg.global_norm(gradients)
+            metrics['gradient_norm'] = norm
+            # A non-finite loss or gradient (the global norm of a gradient with a NaN or an
+            # infinity is not finite) stops the update before it reaches the weights.
+            nonfinite = tf.where(~tf.math.is_finite(loss), 1,
+                                 tf.where(~tf.math.is_finite(norm), 2, 0))
+            stop = nonfinite > 0
+            if early_stop_kl:
+                stop = stop | (metrics['kl'] > early_stop_kl)
+
+            def apply():
+                optimizer.apply_gradients(zip(gradients, variables, strict=True))
+                return tf.nest.map_structure(tf.add, sums, metrics)
+
+            sums = tf.cond(stop, lambda: sums, apply)
+            return step + 1, stop, sums, nonfinite
+
+        num_steps_taken, stopped, sums, nonfinite = tf.while_loop(
+            lambda step, stopped, unused_sums, unused_nonfinite: (step < num_steps) & ~stopped,
+            train_step, (tf.constant(0), tf.constant(False), zero_metrics, tf.constant(0)))
+        # The step that triggered an early stop was not applied.
+        num_applied = tf.cast(num_steps_taken - tf.cast(stopped, tf.int32), tf.float32)
+        return num_applied, sums, nonfinite
 
     def loss(self, minibatch, initial_state):
         """The whole PPO objective for one minibatch of chunks `[L, M, ...]`: (loss, metrics)."""

@@ -328,6 +328,90 @@ class CompiledLoopTest(absltest.TestCase):
         self.assertLen(np.unique(samples[0]), 3)
 
 
+class ConcurrentNetworksTest(parameterized.TestCase):
+    """`concurrent_networks`: the policy and the value network trained side by side."""
+
+    def updated(self, concurrent_networks, steps=1, num_minibatches=4, **kwargs):
+        agent = ppo.PPO((3,), 2, num_envs=8, num_minibatches=num_minibatches, num_epochs=3,
+                        seed=5, concurrent_networks=concurrent_networks, **kwargs)
+        batch = random_rollout(agent, 8, 8, 3)
+        metrics = None
+        for _ in range(steps):
+            metrics = agent.update(batch)
+        return agent, metrics
+
+    def test_without_a_norm_clip_it_is_the_joint_update(self):
+        # Adam works weight by weight, so two Adams over the two networks take the joint
+        # update's steps exactly when no global norm ties the networks together. Full-batch
+        # steps: the joint update shuffles inside XLA, which draws other random numbers than
+        # the graph around the two programs.
+        joint, joint_metrics = self.updated(False, steps=2, num_minibatches=1,
+                                            max_grad_norm=None)
+        side_by_side, metrics = self.updated(True, steps=2, num_minibatches=1,
+                                             max_grad_norm=None)
+        for variable, joint_variable in zip(side_by_side.trainable_variables,
+                                            joint.trainable_variables, strict=True):
+            np.testing.assert_allclose(variable.numpy(), joint_variable.numpy(),
+                                       rtol=1e-4, atol=1e-6, err_msg=variable.name)
+        for name in ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'clip_fraction',
+                     'final_kl', 'num_gradient_steps', 'nonfinite'):
+            np.testing.assert_allclose(metrics[name].numpy(), joint_metrics[name].numpy(),
+                                       rtol=1e-4, atol=1e-6, err_msg=name)
+        self.assertEqual(side_by_side.optimizer.iterations.numpy(), 6)
+        self.assertEqual(side_by_side.value_optimizer.iterations.numpy(), 6)
+
+    def test_each_network_clips_its_own_gradient(self):
+        # Under one global clip, the policy's objective (here its entropy bonus, which changes
+        # the policy's gradient norm) reaches the value's steps through the shared clip
+        # factor; with a clip per network it does not.
+        def value_weights(concurrent_networks, entropy_coef):
+            agent, metrics = self.updated(concurrent_networks, max_grad_norm=0.05,
+                                          entropy_coef=entropy_coef)
+            self.assertGreater(metrics['gradient_norm'].numpy(), 0.05)  # The clip acted.
+            return [variable.numpy() for variable in agent.value.trainable_variables]
+
+        for weights, other_weights in zip(value_weights(True, 0.0), value_weights(True, 0.5),
+                                          strict=True):
+            np.testing.assert_allclose(weights, other_weights, rtol=1e-6, atol=1e-7)
+        self.assertFalse(all(
+            np.allclose(weights, other_weights, rtol=1e-4, atol=1e-6)
+            for weights, other_weights in zip(value_weights(False, 0.0),
+                                              value_weights(False, 0.5), strict=True)))
+
+    def test_early_stop_on_kl_stops_the_policy_alone(self):
+        agent, metrics = self.updated(True, early_stop_kl=1e-9)
+        self.assertEqual(metrics['num_gradient_steps'].numpy(), 1.0)
+        self.assertEqual(agent.optimizer.iterations.numpy(), 1)
+        self.assertEqual(agent.value_optimizer.iterations.numpy(), 12)
+
+    def test_learning_rate_anneals_for_both_networks(self):
+        # The second of 4 annealed updates trains at 3/4 of the initial rate.
+        agent, _ = self.updated(True, steps=2, lr_anneal_updates=4, learning_rate=1e-3)
+        self.assertAlmostEqual(agent.optimizer.learning_rate.numpy(), 7.5e-4)
+        self.assertAlmostEqual(agent.value_optimizer.learning_rate.numpy(), 7.5e-4)
+
+    def test_checkpoint_holds_the_value_optimizer(self):
+        directory = self.create_tempdir().full_path
+        agent, _ = self.updated(True)
+        batch = random_rollout(agent, 8, 8, 3, seed=1)
+        path = tf.train.Checkpoint(agent=agent).save(f'{directory}/saved')
+        restored = ppo.PPO((3,), 2, num_envs=8, num_minibatches=4, num_epochs=3, seed=9,
+                           concurrent_networks=True)
+        tf.train.Checkpoint(agent=restored).restore(path).assert_consumed()
+        self.assertEqual(restored.value_optimizer.iterations.numpy(), 12)
+        self.assertIn(agent.value_optimizer.variables[-1].value.ref(),
+                      {variable.ref() for variable in agent.train_variables()})
+        agent.update(batch)
+        restored.update(batch)
+        for variable, restored_variable in zip(agent.trainable_variables,
+                                               restored.trainable_variables, strict=True):
+            np.testing.assert_array_equal(variable.numpy(), restored_variable.numpy())
+
+    def test_needs_xla(self):
+        with self.assertRaisesRegex(ValueError, 'concurrent_networks needs jit_compile'):
+            ppo.PPO((3,), 2, num_envs=8, jit_compile=False, concurrent_networks=True)
+
+
 class CheckpointTest(absltest.TestCase):
 
     def test_round_trip_restores_every_variable_and_the_next_update(self):
