@@ -30,6 +30,8 @@ flags.DEFINE_integer('repeats', 7, 'Timed updates per setting (the median is rep
 flags.DEFINE_enum('policy', 'gaussian', ['gaussian', 'categorical', 'recurrent'], 'Policy.')
 flags.DEFINE_integer('chunk_length', None, 'Chunk length for the recurrent policy.')
 flags.DEFINE_list('jit_compile', ['false', 'true'], 'Settings of PPO.jit_compile to time.')
+flags.DEFINE_bool('concurrent_networks', False, 'Time PPO.concurrent_networks (the policy and '
+                  'the value network as two XLA programs side by side) with jit_compile=true.')
 flags.DEFINE_bool('floor', False, 'Also time the networks\' forward and backward passes alone '
                   '(feed-forward policies), alternated with the update.')
 FLAGS = flags.FLAGS
@@ -69,7 +71,7 @@ def make_agent(jit_compile):
         (FLAGS.observ_size,), FLAGS.action_size, FLAGS.num_envs,
         policy_network=POLICIES[FLAGS.policy], num_epochs=FLAGS.num_epochs,
         num_minibatches=FLAGS.num_minibatches, chunk_length=FLAGS.chunk_length,
-        jit_compile=jit_compile)
+        jit_compile=jit_compile, concurrent_networks=FLAGS.concurrent_networks and jit_compile)
 
 
 def network_floor(agent, batch, jit_compile):

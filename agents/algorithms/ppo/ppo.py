@@ -119,9 +119,11 @@ class PPO(actor_critic.ActorCritic):
           concurrent_networks: train the policy and the value network in two XLA programs that
             run side by side, on two cores (benchmarks/README.md, "Policy and value side by
             side"). Each network then has its own Adam and its own `max_grad_norm` clip, as
-            in Spinning Up's PPO, and `early_stop_kl` stops the policy's steps alone. Needs
-            `jit_compile`, and the update outside any larger XLA program (the run loop's
-            `train.jit_compile` off), which would make the two programs one again.
+            in Spinning Up's PPO; `early_stop_kl`, or a non-finite loss or gradient, stops
+            that network's steps alone. Needs `jit_compile`, and two TF inter-op threads
+            (`configure_threads.inter_op_threads = 2`) to run the programs at once; the run
+            loop then compiles the rollout alone, since one XLA program around the update would
+            make its two programs one again.
           seed: seeds network initialization, action sampling and minibatch shuffling.
           name: module name.
         """
