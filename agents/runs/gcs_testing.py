@@ -110,6 +110,11 @@ class GcsEmulator:
         return {blob.name: blob.download_as_bytes()
                 for blob in self.client().list_blobs(bucket, prefix=prefix)}
 
+    def names(self, bucket, prefix=''):
+        """The names of the bucket's objects under `prefix`: what to poll while a writer runs,
+        whose deletes can come between listing an object and reading it."""
+        return [blob.name for blob in self.client().list_blobs(bucket, prefix=prefix)]
+
 
 @contextlib.contextmanager
 def gcs_emulator(buckets=('test-bucket',)):

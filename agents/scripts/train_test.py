@@ -297,7 +297,7 @@ class TrainInBucketTest(absltest.TestCase):
         self.addCleanup(lambda: first.poll() is not None or first.kill())
         # Stopped once its first evaluation is in the bucket.
         deadline = time.time() + 300
-        while 'metrics.jsonl' not in self.run_objects():
+        while 'run/metrics.jsonl' not in self.emulator.names('runs', 'run/'):
             self.assertIsNone(first.poll(), 'the first run ended before its first evaluation')
             self.assertLess(time.time(), deadline, 'no evaluation reached the bucket')
             time.sleep(0.2)
