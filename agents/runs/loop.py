@@ -472,12 +472,12 @@ class TrainingRun:
         self._total_env_restarts = 0
         self.skipped_batches = 0
         self._dropped_in_a_row = 0
-        # Autograph off: the code has no tensor-dependent Python control flow, and converting
-        # it lengthened the first iteration's tracing by seconds.
         # An agent whose update runs programs side by side (PPO's concurrent_networks) calls
         # them itself: one XLA program around the iteration would fuse them into one again,
         # so XLA then compiles the rollout alone.
         concurrent_update = getattr(agent, 'concurrent_networks', False)
+        # Autograph off: the code has no tensor-dependent Python control flow, and converting
+        # it lengthened the first iteration's tracing by seconds.
         self._compiled_iterations = tf.function(
             self._iterations_graph, autograph=False,
             jit_compile=jit_compile and not concurrent_update)
