@@ -120,7 +120,7 @@ class UndoTest(absltest.TestCase):
             'observ': observ, 'action': tf.reshape(action, [8, 2, 1]), 'reward': reward,
             'terminated': tf.zeros([8, 2], tf.bool), 'truncated': tf.zeros([8, 2], tf.bool),
             'next_observ': observ, 'extras': extras})
-        self.assertEqual(ppo.NONFINITE_QUANTITIES[int(metrics['nonfinite'])], 'loss')
+        self.assertTrue(bool(metrics['nonfinite']['loss']))
         self.assertEqual(float(metrics['num_gradient_steps']), 0.0)
         for variable, value in zip(agent.trainable_variables, weights, strict=True):
             np.testing.assert_array_equal(variable.numpy(), value)

@@ -39,10 +39,11 @@ def check_arguments(positive=(), positive_int=(), unit_interval=(), non_negative
             raise ValueError(f'{name} must be non-negative, got {value!r}.')
 
 
-class ActorCritic(algorithm.Algorithm):
+class ActorCritic(algorithm.OnPolicyAlgorithm):
     """A policy and a value network trained on rollouts; subclasses define `_update`."""
 
-    NONFINITE_QUANTITIES = {1: 'loss', 2: 'gradient'}
+    # What `nonfinite` names; `_gradient_step` reports code k for the k-th (0: none).
+    NONFINITE_QUANTITIES = ('loss', 'gradient')
     # What `act` records for the update, of 'log_prob', 'value' and 'policy_params' (the
     # distribution's parameters); recurrent policies add 'policy_state'.
     EXTRAS_KEYS = ('value',)
@@ -114,13 +115,14 @@ class ActorCritic(algorithm.Algorithm):
     def update(self, batch):
         """Trains on one time-major rollout (see algorithm.py); returns scalar metrics.
 
-        A non-finite loss or gradient is never applied; the `nonfinite` metric names it (see
-        NONFINITE_QUANTITIES). Statistics updates happen regardless: the loop undoes them.
+        A non-finite loss or gradient is never applied; the `nonfinite` metric names it
+        ({quantity: bool} of NONFINITE_QUANTITIES). Statistics updates happen regardless: the
+        loop undoes them.
         """
         self._check_batch(batch)
         return self._compiled_update(batch)
 
-    def train_variables(self):
+    def undo_variables(self):
         # Neither Keras' optimizer variables (`value` is the tf.Variable) nor the generator are
         # tf.Modules, whose variables `self.variables` finds.
         return [*self.variables, *(variable.value for variable in self.optimizer.variables),
@@ -134,6 +136,12 @@ class ActorCritic(algorithm.Algorithm):
         return self.policy, self.observ_normalizer if self._normalize_observ else None
 
     # For the subclasses.
+
+    @classmethod
+    def nonfinite_report(cls, code):
+        """{quantity: bool} of a `_gradient_step` code ([] or [K] int; 0: none)."""
+        return {name: tf.equal(code, index + 1)
+                for index, name in enumerate(cls.NONFINITE_QUANTITIES)}
 
     @property
     def normalizes_observ(self):

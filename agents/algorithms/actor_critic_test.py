@@ -101,7 +101,7 @@ class ActorCriticTest(absltest.TestCase):
         policy, normalizer = agent.exported_policy()
         self.assertIs(policy, agent.policy)
         self.assertIs(normalizer, agent.observ_normalizer)
-        states = {variable.ref() for variable in agent.train_variables()}
+        states = {variable.ref() for variable in agent.undo_variables()}
         self.assertIn(agent.random.state.ref(), states)
         self.assertIn(agent.update_count.ref(), states)
         action, extras, state = agent.act(tf.zeros([2, 3]), (), tf.ones([2], tf.bool))

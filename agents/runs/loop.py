@@ -86,16 +86,11 @@ METRICS_FILE = run_dir.METRICS_FILE
 CHECKPOINT_DIR = run_dir.CHECKPOINT_DIR
 ENV_FAILURE_POLICIES = ('restart', 'stop')
 NONFINITE_POLICIES = ('stop', 'skip')
-# Codes of the `nonfinite` output of a compiled iteration: what went non-finite first. The
-# algorithm's own codes (Algorithm.NONFINITE_QUANTITIES) follow: its code k is k + 4.
-NONFINITE_QUANTITIES = {
-    1: 'observation from the environments',
-    2: 'reward from the environments',
-    3: 'parameter',
-    4: 'action (the policy acted on a non-finite observation, or its parameters are not finite)',
-}
-_PARAMETER, _ACTION = 3, 4
-_ALGORITHM_CODES = len(NONFINITE_QUANTITIES)
+# What the loop itself checks for non-finite values, by the names its errors use.
+OBSERVATION = 'observation from the environments'
+REWARD = 'reward from the environments'
+PARAMETER = 'parameter'
+ACTION = 'action (the policy acted on a non-finite observation, or its parameters are not finite)'
 # In 'skip' mode, this many dropped batches in a row stop the run: the fault is not passing.
 MAX_DROPPED_IN_A_ROW = 10
 # InGraphBatchEnv's refusal of a NaN action, which ends the rollout before its checks.
@@ -451,11 +446,11 @@ class TrainingRun:
         make a member's configuration from the population's."""
         self._logdir = logdir
         self._agent = agent
-        self._population = getattr(agent, 'members', None) is not None
+        self._population = agent.num_members > 1
         self._train_env = train_env
         self._eval_env = eval_env
         self._rollout_length = rollout_length
-        self._num_members = len(agent.members) if self._population else 1
+        self._num_members = agent.num_members
         # A member's steps: each member counts its own, as a lone run of its seed would.
         self._steps_per_iteration = len(train_env) // self._num_members * rollout_length
         self._total_steps = total_steps
@@ -475,7 +470,7 @@ class TrainingRun:
         # An agent whose update runs programs side by side (PPO's concurrent_networks) calls
         # them itself: one XLA program around the iteration would fuse them into one again,
         # so XLA then compiles the rollout alone.
-        concurrent_update = getattr(agent, 'concurrent_networks', False)
+        concurrent_update = agent.concurrent_update
         # Autograph off: the code has no tensor-dependent Python control flow, and converting
         # it lengthened the first iteration's tracing by seconds.
         self._compiled_iterations = tf.function(
@@ -502,7 +497,7 @@ class TrainingRun:
         self.wall_time = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='wall_time')
         self.steps_per_sec = tf.Variable(
             0.0, dtype=tf.float64, trainable=False, name='steps_per_sec')
-        saved = dict(agent=agent, env_steps=self.env_steps, wall_time=self.wall_time,
+        saved = dict(agent=agent.checkpointed(), env_steps=self.env_steps, wall_time=self.wall_time,
                      steps_per_sec=self.steps_per_sec)
         if self._population:
             # Each member's directory is an ordinary run: its checkpoint holds the member as
@@ -511,7 +506,7 @@ class TrainingRun:
             # ones.
             self._runs = [
                 _RunDirectory(os.path.join(logdir, run_dir.MEMBER_DIR.format(index)), member,
-                              seed[index], tf.train.Checkpoint(**dict(saved, agent=member)),
+                              seed[index], tf.train.Checkpoint(**dict(saved, agent=member.checkpointed())),
                               run_dir.MEMBER_DIR.format(index), member_bindings[index])
                 for index, member in enumerate(agent.members)]
         elif getattr(train_env, 'state_in_variables', False):
@@ -541,13 +536,13 @@ class TrainingRun:
         self._saved_step = None
         # The update's whole state, copied before each update to undo a non-finite one.
         seen, self._variables = set(), []
-        for variable in agent.train_variables():
+        for variable in agent.undo_variables():
             if variable.ref() not in seen:
                 seen.add(variable.ref())
                 self._variables.append(variable)
-        self._nonfinite_quantities = {
-            **NONFINITE_QUANTITIES, **{code + _ALGORITHM_CODES: name for code, name in
-                                       agent.NONFINITE_QUANTITIES.items()}}
+        # What a compiled iteration's `nonfinite` code k > 0 names: the (k-1)-th (see
+        # `_iteration_graph`, which fills in the algorithm's quantities when it is traced).
+        self._nonfinite_quantities = None
         self._backups = [tf.Variable(variable.read_value(), trainable=False)
                          for variable in self._variables]
         self._float_variables = [variable for variable in self._variables
@@ -935,34 +930,26 @@ class TrainingRun:
             self._backups, self._variables, strict=True)]
         with tf.control_dependencies(save):
             batch = tf.nest.map_structure(tf.identity, batch)
-        metrics = dict(self._agent.update(batch))
         # What went non-finite per member ([K]; a lone run is one member), variables [V, K].
         members = self._num_members
 
         def per_member(values):
             return tf.reduce_any(tf.reshape(values, [members, -1]), axis=1)
 
-        update_nonfinite = tf.reshape(tf.cast(metrics.pop('nonfinite'), tf.int32), [members])
+        metrics, learned = self._agent.learn(batch, ~per_member(bad_observ | bad_reward))
         finite_variables = tf.stack([
             ~per_member(~tf.math.is_finite(variable)) for variable in self._float_variables])
-        nonfinite = tf.where(
-            per_member(bad_observ), 1, tf.where(
-                per_member(bad_reward), 2, tf.where(
-                    update_nonfinite > 0, update_nonfinite + _ALGORITHM_CODES, tf.where(
-                        tf.reduce_all(finite_variables, axis=0), 0, _PARAMETER))))
-
-        def undo():
-            with tf.control_dependencies([
-                    variable.assign(backup) for backup, variable in zip(
-                        self._backups, self._variables, strict=True)]):
-                return tf.constant(True)
+        checks = [(OBSERVATION, per_member(bad_observ)), (REWARD, per_member(bad_reward)),
+                  *((name, tf.reshape(value, [members])) for name, value in learned.items()),
+                  (PARAMETER, ~tf.reduce_all(finite_variables, axis=0))]
+        self._nonfinite_quantities = [name for name, _ in checks] + [ACTION]
+        nonfinite = tf.zeros([members], tf.int32)
+        for code, (_, bad) in reversed(list(enumerate(checks, 1))):  # The first one wins.
+            nonfinite = tf.where(bad, code, nonfinite)
 
         with tf.control_dependencies(tf.nest.flatten(metrics) + [finite_variables]):
-            if self._population:  # Each member's update is undone alone.
-                undone = self._agent.undo_members(
-                    nonfinite > 0, zip(self._variables, self._backups, strict=True))
-            else:
-                undone = [tf.cond(nonfinite[0] > 0, undo, lambda: tf.constant(False))]
+            undone = self._agent.undo(
+                nonfinite > 0, list(zip(self._variables, self._backups, strict=True)))
         with tf.control_dependencies(undone):
             self.env_steps.assign_add(
                 tf.cast(tf.size(transitions.reward) // members, tf.int64))
@@ -1004,7 +991,7 @@ class TrainingRun:
                 elif _NONFINITE_ACTION in error.message:
                     # The rollout ended early; nothing was updated. The retry below resets
                     # every environment (reset=True): new episodes.
-                    self._on_nonfinite_batch(_ACTION, None)
+                    self._on_nonfinite_batch(ACTION, None)
                 elif xla_cache.damaged(error):
                     self._on_damaged_cache(error)
                 else:
@@ -1086,23 +1073,27 @@ class TrainingRun:
     def _on_nonfinite_batch(self, codes, summary):
         """Stops the run, or logs the skipped batch (the update was undone in the graph).
 
-        `codes`: what went non-finite, per member ([K]; a lone run's [1]), or one code for a
-        rollout that failed as a whole (`summary` None).
+        `codes`: what went non-finite, per member ([K]; a lone run's [1]; code k names the k-th
+        of `_nonfinite_quantities`), or the name of what failed a rollout as a whole (`summary`
+        None).
         """
         steps = int(self.env_steps)
-        codes = np.atleast_1d(codes)
+        if summary is None:
+            codes, quantities = np.ones(1, int), [codes]
+        else:
+            codes, quantities = np.atleast_1d(codes), self._nonfinite_quantities
         problems = []
         for member in np.flatnonzero(codes):
             code = int(codes[member])
-            quantity = self._nonfinite_quantities.get(code, f'quantity {code}')
+            quantity = quantities[code - 1]
             where = ''
             if summary is None:
                 pass
-            elif code in (1, 2):
+            elif quantity in (OBSERVATION, REWARD):
                 envs = np.flatnonzero(np.reshape(
                     summary['nonfinite_envs'], [self._num_members, -1])[member])
                 where = f' {envs.tolist()}'
-            elif code == _PARAMETER:
+            elif quantity == PARAMETER:
                 names = [variable.name for variable, finite in zip(
                     self._float_variables, summary['finite_variables'][:, member], strict=True)
                     if not finite]
@@ -1418,7 +1409,7 @@ class TrainingRun:
                 if _NONFINITE_ACTION not in error.message:
                     raise
                 raise NonFiniteError(
-                    f'non-finite {NONFINITE_QUANTITIES[_ACTION]} in the evaluation at step '
+                    f'non-finite {ACTION} in the evaluation at step '
                     f'{steps}; the run stopped before saving step {steps}; the last checkpoint '
                     f'(step {self._saved_step}) is intact.') from None
             reset = False

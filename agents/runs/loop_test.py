@@ -521,11 +521,10 @@ class TrainerTest(parameterized.TestCase):
         self.assertEqual(loop.evaluation_seed(1, 256), loop.evaluation_seed(1, 256))
 
 
-class StubAlgorithm(algorithm.Algorithm):
+class StubAlgorithm(algorithm.OnPolicyAlgorithm):
     """The least an algorithm gives the loop: it acts with a small Gaussian policy and each
     update only counts itself and records the batch's mean reward."""
 
-    NONFINITE_QUANTITIES = {1: 'stub statistic'}
     FAIL_AT_UPDATE = None  # An update (1, 2...) that reports its statistic as non-finite.
 
     def __init__(self, observ_shape, action_size, num_envs, seed, lr_anneal_updates):
@@ -535,7 +534,7 @@ class StubAlgorithm(algorithm.Algorithm):
             observ_shape, action_size, hidden_sizes=(4,), seed=seed)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.mean_reward = tf.Variable(0.0, trainable=False)
-        # Counts undone updates too: not among `train_variables`.
+        # Counts undone updates too: not among `undo_variables`.
         self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     @property
@@ -561,9 +560,9 @@ class StubAlgorithm(algorithm.Algorithm):
         seen = tf.reduce_all(batch['extras']['seen'])  # What `act` returned, stacked.
         return {'mean_reward': self.mean_reward.read_value(),
                 'all_seen': tf.cast(seen, tf.float32),
-                'nonfinite': tf.where(failing, 1.0, 0.0)}
+                'nonfinite': {'stub statistic': failing}}
 
-    def train_variables(self):
+    def undo_variables(self):
         return [self.updates, self.mean_reward, *self.policy.variables]
 
     def acting_modules(self):

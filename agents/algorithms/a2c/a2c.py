@@ -182,7 +182,7 @@ class A2C(actor_critic.ActorCritic):
         metrics.update({
             'gradient_norm': norm,
             'learning_rate': tf.identity(self.optimizer.learning_rate),
-            'nonfinite': tf.cast(nonfinite, tf.float32),  # See NONFINITE_QUANTITIES.
+            'nonfinite': self.nonfinite_report(nonfinite),
             **self._summary(reward, advantage, return_, extras['value']),
         })
         return metrics

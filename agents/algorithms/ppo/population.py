@@ -28,7 +28,7 @@ METRIC_NAMES = ppo.METRIC_NAMES
 _POLICIES = (networks.FeedForwardGaussianPolicy, networks.FeedForwardCategoricalPolicy)
 
 
-class PPOPopulation(algorithm.Algorithm):
+class PPOPopulation(algorithm.OnPolicyAlgorithm):
     """K PPO agents acting in K blocks of `num_envs` environments and updated together.
 
     The environments of a population are one batch of K * num_envs, member k's being the k-th
@@ -56,10 +56,9 @@ class PPOPopulation(algorithm.Algorithm):
                 raise ValueError(
                     f'population member {index} is {member!r}: it needs a seed and may set only '
                     f'{", ".join(SCALARS)}' + (f' (not {", ".join(unknown)})' if unknown else ''))
-        self.members = [make_member(**member) for member in members]
-        first = self.members[0]
-        _check_members(self.members)
-        self.num_members = len(self.members)
+        self._members = [make_member(**member) for member in members]
+        first = self._members[0]
+        _check_members(self._members)
         self.num_envs = first.num_envs  # Of one member.
         self.observ_shape = first.observ_shape
         self._template = first
@@ -92,6 +91,14 @@ class PPOPopulation(algorithm.Algorithm):
 
     # Moving state between the stacked form and the members.
 
+    @property
+    def num_members(self):
+        return len(self._members)
+
+    @property
+    def members(self):
+        return list(self._members)
+
     def to_members(self):
         """Copies each member's slice of the stacked state into that member's variables."""
         self._compiled_to_members()
@@ -112,7 +119,7 @@ class PPOPopulation(algorithm.Algorithm):
             stacked.assign(tf.stack([variable.read_value() for variable in variables]),
                            read_value=False)
 
-    def undo_members(self, undo, pairs):
+    def undo(self, undo, pairs):
         """Ops that put back, for the members where `undo` ([K] bool) is true, the values
         `pairs` (of `train_variables()` and their copies) saved; the others' stay."""
         generators = {member.random.state.ref(): index
@@ -147,7 +154,7 @@ class PPOPopulation(algorithm.Algorithm):
         self._template._check_batch(tf.nest.map_structure(self._member_view, batch))
         return self._compiled_update(batch)
 
-    def train_variables(self):
+    def undo_variables(self):
         return [*tf.nest.flatten(self.state), *self.scalars.values(),
                 *(member.random.state for member in self.members)]
 
@@ -421,7 +428,7 @@ class PPOPopulation(algorithm.Algorithm):
         old_policy = self._distribution(data['policy_params'])
         metrics['final_kl'] = tf.reduce_mean(old_policy.kl_divergence(policy), axis=1)
         metrics['num_gradient_steps'] = applied
-        metrics['nonfinite'] = tf.cast(nonfinite, tf.float32)
+        metrics['nonfinite'] = ppo.PPO.nonfinite_report(nonfinite)
         return metrics
 
     def _loss(self, minibatch):

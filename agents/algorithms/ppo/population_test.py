@@ -61,9 +61,12 @@ def _iterate(agents, num_members, iterations, seed=0, poison=None):
         if isinstance(agents, list):
             metrics = [agent.update(tf.nest.map_structure(lambda x, b=block: x[:, b], batch))
                        for agent, block in zip(agents, blocks, strict=True)]
-            metrics = {name: np.array([float(m[name]) for m in metrics]) for name in metrics[0]}
+            metrics = tf.nest.map_structure(lambda *values: np.array([float(v) for v in values]),
+                                            *metrics)
         else:
-            metrics = {name: value.numpy() for name, value in agents.update(batch).items()}
+            metrics = tf.nest.map_structure(lambda value: value.numpy(), agents.update(batch))
+        metrics.update({f'nonfinite/{name}': value
+                        for name, value in metrics.pop('nonfinite').items()})
         history.append((action.numpy(), metrics))
     return history
 
@@ -127,7 +130,8 @@ class PopulationTest(parameterized.TestCase):
         _iterate(healthy, 2, iterations=1)
         history = _iterate(poisoned, 2, iterations=1, poison=1)
         metrics = history[0][1]
-        self.assertEqual(list(metrics['nonfinite']), [0.0, 1.0])  # 1: the loss.
+        self.assertEqual(list(metrics['nonfinite/loss']), [False, True])
+        self.assertEqual(list(metrics['nonfinite/gradient']), [False, False])
         self.assertEqual(list(metrics['num_gradient_steps']), [8.0, 0.0])
         poisoned.to_members()
         healthy.to_members()

@@ -20,8 +20,8 @@ from agents.algorithms import actor_critic, networks
 OBJECTIVES = ('clipped', 'kl_penalty')
 METRIC_NAMES = ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'approx_kl',
                 'clip_fraction', 'gradient_norm')
-# What the `nonfinite` metric of an update names: 0 nothing, else the first quantity that went
-# non-finite (the update stopped before applying that gradient step).
+# What the `nonfinite` metric of an update names (the update stopped before applying the
+# gradient step where one went non-finite).
 NONFINITE_QUANTITIES = actor_critic.ActorCritic.NONFINITE_QUANTITIES
 
 
@@ -188,7 +188,8 @@ class PPO(actor_critic.ActorCritic):
         """Trains on one time-major rollout (see algorithm.py); returns scalar metrics.
 
         A non-finite loss or gradient stops the update before that gradient step is applied;
-        the `nonfinite` metric then names it (see NONFINITE_QUANTITIES). Steps applied before it
+        the `nonfinite` metric then names it ({quantity: bool} of NONFINITE_QUANTITIES). Steps
+        applied before it
         and the statistics updates stay: a caller that must drop the whole batch restores the
         variables it saved (as the run loop does).
         """
@@ -255,8 +256,12 @@ class PPO(actor_critic.ActorCritic):
         })
         return metrics
 
-    def train_variables(self):
-        variables = super().train_variables()
+    @property
+    def concurrent_update(self):
+        return self.concurrent_networks
+
+    def undo_variables(self):
+        variables = super().undo_variables()
         if self.concurrent_networks:
             variables[-1:-1] = [variable.value for variable in self.value_optimizer.variables]
         return variables
@@ -303,7 +308,7 @@ class PPO(actor_critic.ActorCritic):
             self.kl_penalty.assign(self.kl_penalty * change)
         metrics['final_kl'] = final_kl
         metrics['num_gradient_steps'] = num_applied
-        metrics['nonfinite'] = tf.cast(nonfinite, tf.float32)  # See NONFINITE_QUANTITIES.
+        metrics['nonfinite'] = self.nonfinite_report(nonfinite)
         return metrics
 
     def _network_steps(self, network, data, initial_state, minibatch_indices):

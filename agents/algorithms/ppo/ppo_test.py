@@ -156,6 +156,7 @@ class UpdateTest(parameterized.TestCase):
         np.testing.assert_allclose(agent.observ_normalizer.mean.numpy(), observ.mean(0),
                                    rtol=1e-5)
         self.assertEqual(agent.reward_scaler.return_statistics.count.numpy(), 64)
+        self.assertFalse(any(bool(value) for value in metrics.pop('nonfinite').values()))
         for name, value in metrics.items():
             self.assertTrue(np.isfinite(value.numpy()), name)
 
@@ -354,7 +355,7 @@ class ConcurrentNetworksTest(parameterized.TestCase):
             np.testing.assert_allclose(variable.numpy(), joint_variable.numpy(),
                                        rtol=1e-4, atol=1e-6, err_msg=variable.name)
         for name in ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'clip_fraction',
-                     'final_kl', 'num_gradient_steps', 'nonfinite'):
+                     'final_kl', 'num_gradient_steps'):
             np.testing.assert_allclose(metrics[name].numpy(), joint_metrics[name].numpy(),
                                        rtol=1e-4, atol=1e-6, err_msg=name)
         self.assertEqual(side_by_side.optimizer.iterations.numpy(), 6)
@@ -400,7 +401,7 @@ class ConcurrentNetworksTest(parameterized.TestCase):
         tf.train.Checkpoint(agent=restored).restore(path).assert_consumed()
         self.assertEqual(restored.value_optimizer.iterations.numpy(), 12)
         self.assertIn(agent.value_optimizer.variables[-1].value.ref(),
-                      {variable.ref() for variable in agent.train_variables()})
+                      {variable.ref() for variable in agent.undo_variables()})
         agent.update(batch)
         restored.update(batch)
         for variable, restored_variable in zip(agent.trainable_variables,
@@ -444,8 +445,9 @@ class CheckpointTest(absltest.TestCase):
 
         # Restored agents continue identically, down to action sampling and shuffling.
         original, restored = agent.update(batch), restored_agent.update(batch)
-        for name, value in original.items():
-            np.testing.assert_array_equal(value.numpy(), restored[name].numpy(), name)
+        tf.nest.map_structure(
+            lambda value, other: np.testing.assert_array_equal(value.numpy(), other.numpy()),
+            original, restored)
         for variable, restored_variable in zip(agent.trainable_variables,
                                                restored_agent.trainable_variables, strict=True):
             np.testing.assert_array_equal(variable.numpy(), restored_variable.numpy())
