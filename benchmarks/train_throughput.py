@@ -64,7 +64,7 @@ from absl import app, flags
 
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
-from agents.runs import loop, run_config
+from agents.runs import loop, run_config, run_dir, run_settings
 
 flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',
@@ -181,12 +181,12 @@ def shared_settings(task, budget, extra_bindings=()):
     bindings = list(task.gin_bindings) + list(extra_bindings) + [f'train.total_steps = {budget}']
     run_config.load(gin_files, bindings)
     try:
-        train = _reader('train', loop.training_run)
+        train = _reader('train', run_settings.RunSettings)
         agent = _reader('PPO', ppo.PPO.__init__)
         policy = _reader('FeedForwardGaussianPolicy', networks.FeedForwardGaussianPolicy.__init__)
         value = _reader('FeedForwardValue', networks.FeedForwardValue.__init__)
         for name, expected in REQUIRED.items():
-            found = _parameter(name, loop.training_run if name.startswith('train.')
+            found = _parameter(name, run_settings.RunSettings if name.startswith('train.')
                                else ppo.PPO.__init__)
             found = tuple(found) if isinstance(found, list) else found
             if found != expected:
@@ -257,7 +257,7 @@ def run_monitored(command, logdir, env, poll_secs, cwd=None):
         # BatchPPO would resume the run found there.
         raise FileExistsError(f'{logdir} exists; give an empty --workdir')
     os.makedirs(os.path.dirname(logdir), exist_ok=True)
-    metrics_path = os.path.join(logdir, loop.METRICS_FILE)
+    metrics_path = os.path.join(logdir, run_dir.METRICS_FILE)
     load_before = os.getloadavg()[0]
     evals, offset, pending = [], 0, ''
     peak_rss = peak_pss = 0.0

@@ -81,8 +81,8 @@ class ParseBindingsTest(absltest.TestCase):
         self.assertEqual(key, run_reader.config_key(dict(reversed(list(base.items())))))
 
     def test_constants_match_the_trainer(self):
-        from agents.runs import loop, policy_export
-        self.assertEqual(run_reader.METRICS_FILE, loop.METRICS_FILE)
+        from agents.runs import policy_export
+        self.assertEqual(run_reader.METRICS_FILE, run_dir.METRICS_FILE)
         self.assertEqual(run_reader.POLICY_DIR, policy_export.POLICY_DIR)
 
 

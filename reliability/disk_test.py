@@ -52,7 +52,7 @@ class DiskFaultTest(absltest.TestCase):
         # Which write failed depends on what the trainer was writing; each names its file.
         self.assertRegex(output, r'train: error: cannot write (the checkpoint of step \d+ to '
                          r'\S+|the policy of step \d+ to \S+|the summaries in \S+|\S+): .*'
-                         rf'{reason}.*\. The run stopped; the last complete checkpoint \(step '
+                         rf'{reason}.*\. The run stopped; the last checkpoint \(step '
                          r'\d+\) is intact\. Make room or make the logdir writable, then rerun '
                          r'the same command to resume\.')
         self.assertNotIn('Traceback', output)

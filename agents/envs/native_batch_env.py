@@ -53,6 +53,8 @@ class NativeBatchEnv(tf.Module):
     # The whole state is in the variables: a checkpoint of them (the trainer's, on this backend)
     # holds the episodes in flight, which a resumed run continues.
     state_in_variables = True
+    # No VectorEnv behind it: stepping runs no Python, nothing can crash or hang.
+    vector_env = None
 
     def __init__(self, env, num_envs, seed=0, wrappers=(), check_inputs=True, name=None):
         """Creates the variables; every environment needs a reset before its first step.

@@ -12,7 +12,7 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from agents.algorithms import registry  # noqa: F401 (registers PPO)
-from agents.runs import loop, metrics, restore, run_config, run_dir
+from agents.runs import faults, loop, metrics, restore, run_config, run_dir
 
 CONFIG = """
 train.algorithm = @PPO
@@ -45,7 +45,7 @@ def _member(logdir, index):
 
 
 def _records(logdir):
-    return metrics.evaluations(os.path.join(logdir, loop.METRICS_FILE))
+    return metrics.evaluations(os.path.join(logdir, run_dir.METRICS_FILE))
 
 
 @functools.cache
@@ -184,16 +184,16 @@ class PopulationRunTest(absltest.TestCase):
                                **dict(SETTINGS, jit_compile=True)) as run:
             # Member 1 acts NaN: under XLA the environments take it (no checks), and its
             # observations go non-finite while member 0's stay finite.
-            log_std = run._agent._stacked(run._agent.members[0].policy.log_std)
+            log_std = run.agent._stacked(run.agent.members[0].policy.log_std)
             log_std.assign(tf.tensor_scatter_nd_update(log_std, [[1]], [[np.nan]]))
             with self.assertRaisesRegex(
-                    loop.NonFiniteError,
+                    faults.NonFiniteError,
                     r'non-finite observation from the environments \[0, 1, 2, 3, 4, 5, 6, 7\] '
                     r'of member-1 in the iteration that ended at step 256; its update was '
                     r'undone and the run stopped; no checkpoint was saved'):
                 run.run()
             # Member 0's update stood; member 1's was undone.
-            self.assertEqual(run._agent.state['update_count'].numpy().tolist(), [1, 0])
+            self.assertEqual(run.agent.state['update_count'].numpy().tolist(), [1, 0])
 
     def test_configuration_errors(self):
         for arguments, message in (

@@ -17,7 +17,17 @@ from absl.testing import absltest, parameterized
 
 from agents.algorithms import algorithm, networks, registry  # noqa: F401 (registry: registers PPO)
 from agents.algorithms.ppo import ppo
-from agents.runs import environments, loop, metrics, policy_export, run_config
+from agents.runs import (
+    agent_factory,
+    environments,
+    evaluator,
+    faults,
+    loop,
+    metrics,
+    policy_export,
+    run_config,
+    run_dir,
+)
 
 # Small and fast: Pendulum with its usual short-horizon PPO settings.
 PENDULUM = """
@@ -40,7 +50,7 @@ HALF_STEPS = 640  # A run of SHORT stopped half-way, at its second evaluation.
 
 
 def read_metrics(logdir):
-    return metrics.evaluations(os.path.join(logdir, loop.METRICS_FILE))
+    return metrics.evaluations(os.path.join(logdir, run_dir.METRICS_FILE))
 
 
 def _shared_dir(name):
@@ -152,7 +162,7 @@ def native_runs():
 def count_calls(run):
     """The (iterations asked, iterations run) of each compiled call `run` makes from now on."""
     calls = []
-    compiled = run._compiled_iterations
+    compiled = run.training_step.compiled
 
     def counted(reset, count):
         outputs = compiled(reset, count)
@@ -160,7 +170,7 @@ def count_calls(run):
         return outputs
 
     counted.get_concrete_function = compiled.get_concrete_function  # For `run.check`.
-    run._compiled_iterations = counted
+    run.training_step.compiled = counted
     return calls
 
 
@@ -201,7 +211,7 @@ class TrainerTest(parameterized.TestCase):
         self.assertTrue(os.path.isdir(os.path.join(logdir, 'policy', str(metrics[-1]['step']))))
 
     def test_resume_restores_state_exactly_and_goes_on(self):
-        saved = tf.train.load_checkpoint(os.path.join(half_run(), loop.CHECKPOINT_DIR))
+        saved = tf.train.load_checkpoint(os.path.join(half_run(), run_dir.CHECKPOINT_DIR))
         logdir, restored, steps, written = resumed_run()
         self.assertIsNotNone(restored)
         self.assertEqual(steps, HALF_STEPS)
@@ -230,11 +240,11 @@ class TrainerTest(parameterized.TestCase):
         env = environments.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
         observ = np.random.default_rng(0).uniform(-1, 1, (20, 3)).astype(np.float32)
         for step in (1024, 1280):
-            agent = loop.build_algorithm(ppo.PPO, env.observation_space, env.action_space, 1,
+            agent = agent_factory.build_algorithm(ppo.PPO, env.observation_space, env.action_space, 1,
                                          seed=9)
             tf.train.Checkpoint(agent=tf.train.Checkpoint(
                 policy=agent.policy, observ_normalizer=agent.observ_normalizer)).read(
-                    os.path.join(logdir, loop.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
+                    os.path.join(logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
             live, _, _ = agent.act(tf.constant(observ), (), tf.ones([20], tf.bool), greedy=True)
             saved = policy_export.SavedPolicy(os.path.join(logdir, 'policy', str(step)))
             self.assertEqual(saved.step, step)
@@ -261,7 +271,7 @@ class TrainerTest(parameterized.TestCase):
         # Each holds the state of its step, not of the iterations trained while it was written.
         for step in SHORT_EVALUATIONS[-2:]:
             reader = tf.train.load_checkpoint(
-                os.path.join(logdir, loop.CHECKPOINT_DIR, f'ckpt-{step}'))
+                os.path.join(logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{step}'))
             self.assertEqual(reader.get_tensor('env_steps/.ATTRIBUTES/VARIABLE_VALUE'), step)
             self.assertEqual(
                 reader.get_tensor('agent/update_count/.ATTRIBUTES/VARIABLE_VALUE'), step // 128)
@@ -306,8 +316,8 @@ class TrainerTest(parameterized.TestCase):
                                    rollout_length=32, env_backend='native', jit_compile=True,
                                    native_dtype='float32', eval_every_steps=256,
                                    eval_episodes=2, seed=0) as run:
-                self.assertFalse(run._compiled_iterations._jit_compile)
-                self.assertTrue(run._rollout._jit_compile)
+                self.assertFalse(run.training_step.compiled._jit_compile)
+                self.assertTrue(run.training_step.rollout._jit_compile)
                 run.run()
         self.assertIn('set configure_threads.inter_op_threads = 2', '\n'.join(logs.output))
         metrics = read_metrics(logdir)
@@ -402,7 +412,7 @@ class TrainerTest(parameterized.TestCase):
                     loop.training_run(logdir, iterations_per_call=per_call, **native) as run:
                 calls = count_calls(run)
                 run.run()
-            checkpoint = tf.train.load_checkpoint(os.path.join(logdir, loop.CHECKPOINT_DIR))
+            checkpoint = tf.train.load_checkpoint(os.path.join(logdir, run_dir.CHECKPOINT_DIR))
             runs[per_call] = dict(
                 calls=[count for count, _ in calls], summaries=_summaries(logdir, steps=True),
                 metrics=[{key: record[key] for key in ('step', 'mean_return', 'mean_length')}
@@ -434,7 +444,7 @@ class TrainerTest(parameterized.TestCase):
         self.assertEqual(stop['step'], NATIVE_STOPPED_AT)
         self.assertEqual([m['step'] for m in read_metrics(stopped)], [1024, NATIVE_STOPPED_AT])
         self.assertTrue(os.path.isfile(os.path.join(
-            stopped, loop.CHECKPOINT_DIR, f'ckpt-{NATIVE_STOPPED_AT}.index')))
+            stopped, run_dir.CHECKPOINT_DIR, f'ckpt-{NATIVE_STOPPED_AT}.index')))
         self.assertTrue(os.path.isdir(os.path.join(stopped, 'policy', str(NATIVE_STOPPED_AT))))
         self.assertTrue(restored)  # The continuation went on with the episodes in flight.
         # Every evaluation of the uninterrupted run, also after the stop's extra one, is the
@@ -450,7 +460,7 @@ class TrainerTest(parameterized.TestCase):
         # The final checkpoints are equal tensor by tensor (bit for bit): weights, optimizer,
         # normalizers, update count (learning-rate annealing), random generator, environments.
         readers = [tf.train.load_checkpoint(os.path.join(
-            logdir, loop.CHECKPOINT_DIR, f'ckpt-{NATIVE_STEPS}'))
+            logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{NATIVE_STEPS}'))
             for logdir in (uninterrupted, continued)]
         names = sorted(readers[0].get_variable_to_shape_map())
         self.assertEqual(names, sorted(readers[1].get_variable_to_shape_map()))
@@ -472,7 +482,7 @@ class TrainerTest(parameterized.TestCase):
         _, stopped, _, _, _ = native_runs()
         logdir = copy_run(stopped, self)
         before = (read_metrics(logdir), sorted(os.listdir(os.path.join(
-            logdir, loop.CHECKPOINT_DIR))))
+            logdir, run_dir.CHECKPOINT_DIR))))
         for stop_at_step in (NATIVE_STOPPED_AT, NATIVE_STOP, 1):
             with self.assertLogs(level='INFO') as logs:
                 loop.train(logdir, stop_at_step=stop_at_step, total_steps=NATIVE_STEPS,
@@ -480,7 +490,7 @@ class TrainerTest(parameterized.TestCase):
             self.assertIn(f'Nothing to do: the run is at step {NATIVE_STOPPED_AT}, at or past '
                           f'--stop_at_step={stop_at_step}', '\n'.join(logs.output))
             self.assertEqual((read_metrics(logdir), sorted(os.listdir(os.path.join(
-                logdir, loop.CHECKPOINT_DIR)))), before)
+                logdir, run_dir.CHECKPOINT_DIR)))), before)
         for stop_at_step in (0, -5, 1.5, True):
             with self.assertRaisesRegex(ValueError, 'stop_at_step must be a positive integer'):
                 loop.train(logdir, stop_at_step=stop_at_step, total_steps=NATIVE_STEPS,
@@ -489,7 +499,7 @@ class TrainerTest(parameterized.TestCase):
     def test_a_stop_killed_before_its_evaluation_is_completed_by_the_same_stop(self):
         _, stopped, _, _, _ = native_runs()
         logdir = copy_run(stopped, self)
-        path = os.path.join(logdir, loop.METRICS_FILE)
+        path = os.path.join(logdir, run_dir.METRICS_FILE)
         with open(path) as f:
             lines = f.readlines()
         with open(path, 'w') as f:  # As if killed between the stop's checkpoint and its line.
@@ -505,8 +515,8 @@ class TrainerTest(parameterized.TestCase):
         logdir = self.create_tempdir().full_path
         with loop.training_run(logdir, total_steps=NATIVE_STEPS, **NATIVE) as run:
             run.env_steps.assign(512)
-            old = tf.train.Checkpoint(agent=run._agent, env_steps=run.env_steps)
-            tf.train.CheckpointManager(old, os.path.join(logdir, loop.CHECKPOINT_DIR),
+            old = tf.train.Checkpoint(agent=run.agent, env_steps=run.env_steps)
+            tf.train.CheckpointManager(old, os.path.join(logdir, run_dir.CHECKPOINT_DIR),
                                        max_to_keep=3).save(checkpoint_number=512)
         with loop.training_run(logdir, total_steps=NATIVE_STEPS, **NATIVE) as run:
             self.assertIsNotNone(run.restore())
@@ -514,11 +524,11 @@ class TrainerTest(parameterized.TestCase):
             self.assertFalse(run.episodes_restored)
 
     def test_evaluation_seeds_depend_on_the_seed_and_step_alone(self):
-        seeds = {loop.evaluation_seed(seed, steps) for seed in range(3)
+        seeds = {evaluator.evaluation_seed(seed, steps) for seed in range(3)
                  for steps in (0, 256, 512, 10**12)}
         self.assertLen(seeds, 12)
         self.assertTrue(all(0 <= seed < 2**62 for seed in seeds))
-        self.assertEqual(loop.evaluation_seed(1, 256), loop.evaluation_seed(1, 256))
+        self.assertEqual(evaluator.evaluation_seed(1, 256), evaluator.evaluation_seed(1, 256))
 
 
 class StubAlgorithm(algorithm.OnPolicyAlgorithm):
@@ -619,7 +629,7 @@ class StubAlgorithmTest(absltest.TestCase):
         self.addCleanup(gin.clear_config)
 
     def _updates(self, logdir, step):
-        reader = tf.train.load_checkpoint(os.path.join(logdir, loop.CHECKPOINT_DIR,
+        reader = tf.train.load_checkpoint(os.path.join(logdir, run_dir.CHECKPOINT_DIR,
                                                        f'ckpt-{step}'))
         return int(reader.get_tensor('agent/updates/.ATTRIBUTES/VARIABLE_VALUE'))
 
@@ -649,7 +659,7 @@ class StubAlgorithmTest(absltest.TestCase):
 
     def test_the_algorithms_nonfinite_quantities_are_named_and_undone(self):
         logdir = self.create_tempdir().full_path
-        with self.assertRaisesRegex(loop.NonFiniteError, 'non-finite stub statistic in the '
+        with self.assertRaisesRegex(faults.NonFiniteError, 'non-finite stub statistic in the '
                                     'iteration that ended at step 128; its update was undone'):
             loop.train(logdir, algorithm=FailingStubAlgorithm, total_steps=256, **STUB_RUN)
         skipping = self.create_tempdir().full_path
@@ -663,7 +673,7 @@ class StubAlgorithmTest(absltest.TestCase):
         # iterations, of which the second (update 4) fails.
         native = dict(STUB_RUN, env_backend='native', eval_every_steps=512, total_steps=512)
         with mock.patch.object(loop, 'CALL_SECONDS', 1e6):
-            with self.assertRaisesRegex(loop.NonFiniteError, 'non-finite stub statistic in the '
+            with self.assertRaisesRegex(faults.NonFiniteError, 'non-finite stub statistic in the '
                                         'iteration that ended at step 256; its update was '
                                         'undone and the run stopped'):
                 loop.train(self.create_tempdir().full_path,
@@ -675,7 +685,7 @@ class StubAlgorithmTest(absltest.TestCase):
                 run.run()
         self.assertEqual(calls, [(1, 1), (1, 1), (6, 2), (4, 4)])
         self.assertEqual(self._updates(logdir, 512), 7)  # Of 8: the fourth was undone.
-        self.assertEqual(int(run._agent.calls), 8)
+        self.assertEqual(int(run.agent.calls), 8)
         rewards = _summaries(logdir, steps=True)['train/mean_reward']
         self.assertEqual([step for step, _ in rewards], [64, 128, 192, 320, 384, 448, 512])
         self.assertEqual(_summaries(logdir, steps=True)['train/skipped_batches'], [(256, 1.0)])

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from agents.runs import environments, loop, recovery, run_config, run_dir
+from agents.runs import agent_factory, environments, recovery, run_config, run_dir
 
 ConfigError = run_config.ConfigError
 # Runs written before `train.algorithm` was a binding trained PPO (a binding, so this module
@@ -245,7 +245,7 @@ def restore_agent(logdir, checkpoint=None):
                           f'@{getattr(algorithm, "_selector", algorithm)}')
     algorithm = _resolve_references(algorithm)
     try:
-        agent = loop.build_algorithm(algorithm, observation_space, action_space, num_envs=1,
+        agent = agent_factory.build_algorithm(algorithm, observation_space, action_space, num_envs=1,
                                      seed=0)
     except ConfigError as error:
         raise ConfigError(f'cannot build the agent of logdir {logdir}: {error}') from error

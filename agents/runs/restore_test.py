@@ -12,7 +12,7 @@ from absl.testing import absltest
 
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
-from agents.runs import loop, policy_export, restore, run_config
+from agents.runs import loop, policy_export, restore, run_config, run_dir
 
 # A tiny Pendulum run: three evaluations (256, 512, 768), two checkpoints kept.
 TINY_RUN = """
@@ -86,7 +86,7 @@ class RestoreTest(absltest.TestCase):
 
     def test_trainer_exports_the_policy_of_each_kept_checkpoint(self):
         checkpoints = tf.train.get_checkpoint_state(
-            os.path.join(self.logdir, loop.CHECKPOINT_DIR)).all_model_checkpoint_paths
+            os.path.join(self.logdir, run_dir.CHECKPOINT_DIR)).all_model_checkpoint_paths
         self.assertEqual([path.rsplit('-', 1)[-1] for path in checkpoints], ['512', '768'])
         policy_dir = os.path.join(self.logdir, policy_export.POLICY_DIR)
         self.assertEqual(sorted(os.listdir(policy_dir)), ['512', '768'])

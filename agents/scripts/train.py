@@ -48,7 +48,7 @@ with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     import gin
 
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-    from agents.runs import loop, remote_logdir, run_config, run_dir
+    from agents.runs import faults, loop, remote_logdir, run_config, run_dir
     from agents.tools import stop_signals
 
 gc.freeze()
@@ -152,10 +152,10 @@ def _train(logdir, local, config, staged, signals):
                     stop_at_step=FLAGS.stop_at_step)
     except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
         return _status(error, staged)
-    except loop.Interrupted as error:
+    except faults.Interrupted as error:
         sys.stderr.write(f'train: {error}\n')
         return 128 + error.signum
-    except loop.TrainingError as error:
+    except faults.TrainingError as error:
         return f'train: error: {error}'
     return 0
 

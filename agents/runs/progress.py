@@ -1,0 +1,146 @@
+"""What a run tells while it trains: progress lines, a heartbeat, TensorBoard scalars."""
+
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+from tensorflow.python import pywrap_tfe
+
+# What marks a summary as a scalar for TensorBoard (as `tf.summary.scalar` writes it).
+_SCALAR_METADATA = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+
+
+def format_return(value):
+    return 'n/a' if value is None else f'{value:.1f}'
+
+
+def format_seconds(seconds):
+    if not np.isfinite(seconds):
+        return '?'
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f'{hours}:{minutes:02d}:{seconds:02d}'
+
+
+def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_members):
+    """Logs a progress line; `episodes`: (count, summed return) of the training episodes that
+    ended since the last one; `latest`: the last evaluation record (of the first member)."""
+    remaining = max(total_steps - steps, 0)
+    eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
+    count, return_sum = episodes
+    train_return = f'{return_sum / count:.1f}' if count else 'n/a'
+    eval_return = format_return(latest['mean_return']) if latest else 'n/a'
+    speed = f'{steps_per_sec:.0f} env steps/s'
+    if num_members > 1:
+        # Steps count per member; the returns are the first member's (eval) and all
+        # members' (train).
+        speed = (f'{num_members} members x {steps_per_sec:.0f} = '
+                 f'{num_members * steps_per_sec:.0f} env steps/s')
+    logging.info('step %d/%d | %s | ETA %s | train return %s | eval return %s',
+                 steps, total_steps, speed, format_seconds(eta), train_return, eval_return)
+
+
+def iteration_scalars(iterations, num_members, steps_per_sec):
+    """The names and values [iterations, members, names] of the TensorBoard scalars of the
+    iterations of a call; NaN: not written (an undone update's metrics, the returns of an
+    iteration where no episode ended)."""
+    names = [f'train/{name}' for name in iterations[0].metrics] + [
+        'train/episode_return', 'train/episode_length', 'train/env_steps_per_sec']
+    values = np.full([len(iterations), num_members, len(names)], np.nan, np.float32)
+    for index, iteration in enumerate(iterations):
+        kept = ~iteration.dropped
+        for column, value in enumerate(iteration.metrics.values()):
+            values[index, kept, column] = value[kept]
+        ended = iteration.episodes > 0
+        count = np.maximum(iteration.episodes, 1)
+        values[index, ended, -3] = (iteration.return_sum / count)[ended]
+        values[index, ended, -2] = (iteration.length_sum / count)[ended]
+        values[index, :, -1] = steps_per_sec
+    return names, values
+
+
+class ScalarWriter:
+    """Writes the scalars `values` [N, len(names)] of N steps to `writer` in one compiled call,
+    skipping NaNs: written one by one from Python, a population's scalars took longer than its
+    iterations."""
+
+    def __init__(self, writer, names):
+        self.names = list(names)
+        self._writer = writer
+        # Any number of steps, one program.
+        self._write = tf.function(self._graph, autograph=False, input_signature=[
+            tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, len(names)], tf.float32)])
+
+    def __call__(self, steps, values):
+        self._write(steps, values)
+
+    def _graph(self, steps, values):
+        names = tf.constant(self.names)
+        written = tf.where(~tf.math.is_nan(values))  # [M, 2] (step, column), in that order.
+        with self._writer.as_default():
+            def body(index):
+                row, column = written[index, 0], written[index, 1]
+                # `tf.summary.write` keeps the tag as given (`tf.summary.scalar` would prefix
+                # the loop's name scope).
+                tf.summary.write(tf.gather(names, column), values[row, column],
+                                 step=steps[row], metadata=_SCALAR_METADATA)
+                return index + 1
+
+            tf.while_loop(lambda index: index < tf.shape(written)[0], body, [tf.constant(0)])
+
+
+class Heartbeat:
+    """Logs a progress line whenever none came for `period` seconds, naming the phase the run
+    is in: the first iteration's compilation, a wait for a hung environment worker, a long
+    evaluation. The main thread may be inside a compiled call meanwhile, so a thread logs it.
+    """
+
+    def __init__(self, period, line):
+        """`line(phase, seconds)` is the text of the line."""
+        self._period = period
+        self._line = line
+        self._phase = ('starting', time.monotonic())
+        self._last = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name='heartbeat', daemon=True)
+
+    def phase(self, name):
+        """Notes that the run now does `name` (e.g. 'an iteration')."""
+        self._phase = (name, time.monotonic())
+
+    def beat(self):
+        """Notes that a progress line was just logged."""
+        self._last = time.monotonic()
+
+    def _beat(self):
+        while not self._stopped.wait(min(self._period, 1.0)):
+            now = time.monotonic()
+            if now - self._last >= self._period:
+                name, since = self._phase
+                if now - since >= self._period:
+                    logging.info('%s', self._line(name, now - since))
+                    self._last = now
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *unused_exc_info):
+        self._stopped.set()
+        self._thread.join()
+
+
+def clear_scalar_cache():
+    """Empties TensorFlow's cache of eager tensors made from Python numbers.
+
+    The cache keeps every distinct number ever turned into an eager tensor (about 750 bytes
+    each) and never evicts any; every iteration makes new ones (summary values and steps, the
+    wall time), so without this a run's memory grows with every iteration. Tensors already made
+    keep their values. A private TensorFlow function: where it is missing, nothing is done.
+    """
+    clear = getattr(pywrap_tfe, 'TFE_ClearScalarCache', None)
+    if clear is not None:
+        clear()
