@@ -1,7 +1,7 @@
 """A small off-policy algorithm that proves the run loop's off-policy half (tests only).
 
 `OffPolicyTesting` keeps every transition in a replay buffer (replay_buffer.py) and trains a Q
-network on TD targets and a Gaussian policy's mean to maximize Q, as DDPG does (Lillicrap et al.
+network on TD targets and a tanh-squashed Gaussian policy's mean to maximize Q, as DDPG does (Lillicrap et al.
 2016), without target networks: enough to learn from a replay buffer, train every `train_freq`
 steps with `gradient_steps` gradient steps once `learning_starts` steps were observed, resume
 with or without its buffer, and be undone after a non-finite step without its buffer being
@@ -25,8 +25,8 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
                  buffer_size=4096, learning_starts=64, train_freq=1, gradient_steps=1,
                  batch_size=32, discount=0.9, learning_rate=1e-3, hidden_sizes=(16,),
                  checkpoint_buffer=True, nonfinite_at_train=None, name=None):
-        """`nonfinite_at_train` (k, or None): the k-th call of `train` (1, 2, ...) computes a
-        NaN Q loss, as a diverging update would."""
+        """`nonfinite_at_train` (k, or None): the k-th call of `train` (1, 2, ...; undone calls
+        count too) computes a NaN Q loss, as a diverging update would."""
         super().__init__(learning_starts, train_freq, gradient_steps, name=name)
         del num_envs, lr_anneal_updates  # No per-environment state, no schedules.
         observ_size = int(tf.TensorShape(observ_shape).num_elements())
@@ -41,6 +41,9 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
         self.buffer = replay_buffer.ReplayBuffer(buffer_size, observ_shape, (action_size,))
         self.random = tf.random.Generator.from_seed(seed)
         self.train_calls = tf.Variable(0, dtype=tf.int64, trainable=False, name='train_calls')
+        # Counts undone calls too: not among `undo_variables`.
+        self.train_attempts = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name='train_attempts')
         self._batch_size = batch_size
         self._discount = discount
         self._checkpoint_buffer = checkpoint_buffer
@@ -57,14 +60,15 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
         params, state = self.policy.step(tf.cast(observ, tf.float32), state)
         policy = self.policy.distribution(params)
         action = policy.mode() if greedy else policy.sample(seed=self._next_seed())
-        return action, {}, state
+        return tf.tanh(action), {}, state  # In [-1, 1], where Q is trained.
 
     def observe(self, batch):
         return self.buffer.add(batch)
 
     def train(self, gradient_steps):
         self.train_calls.assign_add(1)
-        poison = (tf.where(tf.equal(self.train_calls, self._nonfinite_at_train), float('nan'), 1.0)
+        attempt = self.train_attempts.assign_add(1)
+        poison = (tf.where(tf.equal(attempt, self._nonfinite_at_train), float('nan'), 1.0)
                   if self._nonfinite_at_train else tf.constant(1.0))
         zeros = {name: tf.constant(0.0) for name in self.TRAIN_METRICS}
 
@@ -118,7 +122,7 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
         return self.q(tf.concat([tf.reshape(observ, [tf.shape(observ)[0], -1]), action], -1))
 
     def _mean_action(self, observ):
-        return self.policy.step(observ, ())[0]['loc']
+        return tf.tanh(self.policy.step(observ, ())[0]['loc'])
 
     def _next_seed(self):
         return tf.cast(self.random.make_seeds(1)[:, 0], tf.int32)
@@ -130,12 +134,13 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
                 self.random.state, self.train_calls]
 
     def checkpointed(self):
+        """Everything, or (`checkpoint_buffer=False`) all but the buffer and its count of
+        observed steps: a resumed run then refills `learning_starts` steps before it trains."""
         if self._checkpoint_buffer:
             return self
         return tf.train.Checkpoint(
             policy=self.policy, q=self.q, policy_optimizer=self.policy_optimizer,
-            q_optimizer=self.q_optimizer, random=self.random, train_calls=self.train_calls,
-            observed_steps=self.observed_steps)
+            q_optimizer=self.q_optimizer, random=self.random, train_calls=self.train_calls)
 
     def acting_modules(self):
         return {'policy': self.policy}

@@ -57,6 +57,7 @@ class TrainingStep:
             if variable.ref() not in seen:
                 seen.add(variable.ref())
                 self._variables.append(variable)
+        self.undone_variables = tuple(self._variables)  # What each iteration copies first.
         self._backups = [tf.Variable(variable.read_value(), trainable=False)
                          for variable in self._variables]
         self.float_variables = [variable for variable in self._variables

@@ -1,0 +1,60 @@
+"""Tests of the replay buffer: a ring of the newest transitions, sampled uniformly."""
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from agents.algorithms import replay_buffer
+
+
+def _batch(start, steps, envs):
+    """A time-major batch whose transition t, n carries the number start + t * envs + n."""
+    numbers = np.arange(start, start + steps * envs, dtype=np.float32).reshape(steps, envs)
+    return {'observ': numbers[..., None] * [1.0, -1.0], 'action': numbers[..., None],
+            'reward': numbers, 'next_observ': numbers[..., None] * [2.0, 0.0],
+            'terminated': numbers % 2 == 0}
+
+
+class ReplayBufferTest(absltest.TestCase):
+
+    def test_keeps_the_newest_capacity_transitions_step_by_step(self):
+        buffer = replay_buffer.ReplayBuffer(5, (2,), (1,))
+        buffer.add(_batch(0, 2, 2))  # 0 1 2 3
+        self.assertEqual(int(buffer.size), 4)
+        buffer.add(_batch(4, 2, 2))  # 4 5 6 7: 4 at slot 4, then 5 6 7 over 0 1 2.
+        self.assertEqual(int(buffer.size), 5)
+        self.assertEqual(int(buffer.added), 8)
+        np.testing.assert_array_equal(buffer.storage['reward'].numpy(), [5, 6, 7, 3, 4])
+        np.testing.assert_array_equal(buffer.storage['observ'].numpy()[:, 1], [-5, -6, -7, -3, -4])
+        np.testing.assert_array_equal(buffer.storage['terminated'].numpy(),
+                                      [False, True, False, False, True])
+
+    def test_a_batch_larger_than_the_buffer_keeps_its_last_transitions(self):
+        buffer = replay_buffer.ReplayBuffer(3, (2,), (1,))
+        buffer.add(_batch(0, 4, 2))  # 0..7: the last three, 5 6 7, at slots 5, 6, 7 mod 3.
+        np.testing.assert_array_equal(np.sort(buffer.storage['reward'].numpy()), [5, 6, 7])
+        self.assertEqual(int(buffer.added), 8)
+
+    def test_samples_only_what_it_holds_reproducibly_in_a_compiled_call(self):
+        buffer = replay_buffer.ReplayBuffer(100, (2,), (1,))
+
+        @tf.function(jit_compile=True, autograph=False)
+        def add_and_sample(batch, seed):
+            with tf.control_dependencies([buffer.add(batch)]):
+                return buffer.sample(256, seed)
+
+        sample = add_and_sample(_batch(0, 3, 2), tf.constant([1, 2]))
+        self.assertEqual(sample['observ'].shape, (256, 2))
+        self.assertEqual(set(sample['reward'].numpy()), set(range(6)))
+        np.testing.assert_array_equal(sample['observ'].numpy()[:, 0], sample['reward'].numpy())
+        again = buffer.sample(256, tf.constant([1, 2]))
+        np.testing.assert_array_equal(again['reward'].numpy(), sample['reward'].numpy())
+
+    def test_refuses_a_bad_capacity(self):
+        for capacity in (0, -1, 2.5, True):
+            with self.assertRaisesRegex(ValueError, 'capacity must be a positive integer'):
+                replay_buffer.ReplayBuffer(capacity, (2,), (1,))
+
+
+if __name__ == '__main__':
+    absltest.main()

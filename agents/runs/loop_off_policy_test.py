@@ -1,0 +1,120 @@
+"""The loop's off-policy half: an algorithm that owns its cadence and its replay buffer.
+
+`OffPolicyTesting` (agents/algorithms/off_policy_testing.py) trains through the unchanged loop:
+each iteration is `train_freq` steps, it trains once `learning_starts` steps were observed,
+it resumes with or without its buffer, and a non-finite step is undone without the buffer
+being copied.
+"""
+
+import os
+
+import gin
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest, parameterized
+
+from agents.algorithms import off_policy_testing
+from agents.runs import faults, loop, metrics, run_dir
+
+RUN = dict(algorithm=off_policy_testing.OffPolicyTesting, env_id='Pendulum-v1', num_envs=2,
+           eval_every_steps=128, eval_episodes=1, total_steps=256, seed=1)
+BACKENDS = (dict(env_backend='gymnasium', env_mode='in_process'), dict(env_backend='native'))
+
+
+def _evaluations(logdir):
+    return metrics.evaluations(os.path.join(logdir, run_dir.METRICS_FILE))
+
+
+def _checkpoint(logdir, step):
+    return tf.train.load_checkpoint(os.path.join(logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{step}'))
+
+
+def _saved(logdir, step, name):
+    return _checkpoint(logdir, step).get_tensor(f'agent/{name}/.ATTRIBUTES/VARIABLE_VALUE')
+
+
+class OffPolicyLoopTest(parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        gin.clear_config()
+        gin.parse_config('OffPolicyTesting.learning_starts = 64\n'
+                         'OffPolicyTesting.train_freq = 4\n'
+                         'OffPolicyTesting.gradient_steps = 3')
+        self.addCleanup(gin.clear_config)
+
+    def run_to(self, logdir, stop_at_step=None, **settings):
+        with loop.training_run(logdir, **dict(RUN, **settings)) as run:
+            run.run(stop_at_step=stop_at_step)
+            return run
+
+    @parameterized.parameters(*BACKENDS)
+    def test_trains_on_its_cadence_and_evaluates(self, **backend):
+        logdir = self.create_tempdir().full_path
+        run = self.run_to(logdir, **backend)
+        self.assertEqual([record['step'] for record in _evaluations(logdir)], [128, 256])
+        agent = run.agent
+        # Iterations of 2 envs x 4 steps; training from the iteration that reaches 64 steps.
+        self.assertEqual(int(agent.observed_steps), 256)
+        self.assertEqual(int(agent.buffer.added), 256)
+        self.assertEqual(int(agent.train_calls), (256 - 64) // 8 + 1)
+        self.assertEqual(int(agent.q_optimizer.iterations), 3 * int(agent.train_calls))
+        self.assertTrue(np.isfinite(_saved(logdir, 256, 'buffer/storage/reward')).all())
+
+    def test_stopped_and_continued_ends_as_an_uninterrupted_run(self):
+        whole, halves = (self.create_tempdir().full_path for _ in range(2))
+        self.run_to(whole, env_backend='native')
+        self.run_to(halves, stop_at_step=128, env_backend='native')
+        self.run_to(halves, env_backend='native')
+        for name in ('q/head/kernel', 'policy/mean/kernel', 'buffer/storage/observ',
+                     'observed_steps'):
+            np.testing.assert_array_equal(_saved(halves, 256, name), _saved(whole, 256, name),
+                                          err_msg=name)
+        self.assertEqual([record['mean_return'] for record in _evaluations(halves)],
+                         [record['mean_return'] for record in _evaluations(whole)])
+
+    def test_a_run_without_its_buffer_in_the_checkpoint_refills_it_on_resume(self):
+        gin.parse_config('OffPolicyTesting.checkpoint_buffer = False')
+        logdir = self.create_tempdir().full_path
+        self.run_to(logdir, stop_at_step=128, env_backend='native')
+        saved = _checkpoint(logdir, 128).get_variable_to_shape_map()
+        self.assertFalse([name for name in saved if 'buffer' in name or 'observed' in name])
+        self.assertTrue([name for name in saved if name.startswith('agent/q/')])
+        run = self.run_to(logdir, env_backend='native')
+        # The first 64 steps after the resume only refill the buffer.
+        self.assertEqual(int(run.agent.observed_steps), 128)
+        self.assertEqual(int(run.agent.train_calls), (128 - 64) // 8 + 1 + (128 - 64) // 8 + 1)
+        self.assertEqual([record['step'] for record in _evaluations(logdir)], [128, 256])
+
+    def test_a_nonfinite_step_is_undone_from_a_copy_of_the_networks_alone(self):
+        gin.parse_config('OffPolicyTesting.nonfinite_at_train = 3')
+        logdir = self.create_tempdir().full_path
+        with loop.training_run(logdir, **dict(RUN, env_backend='native',
+                                             on_nonfinite='skip')) as run:
+            buffer_variables = {variable.ref() for variable in run.agent.buffer.variables}
+            copied = run.training_step.undone_variables
+            self.assertFalse([variable for variable in copied
+                              if variable.ref() in buffer_variables])
+            self.assertIn(run.agent.q.head.kernel.ref(), {variable.ref() for variable in copied})
+            self.assertLess(sum(int(tf.size(variable)) for variable in copied),
+                            sum(int(tf.size(variable)) for variable in run.agent.buffer.variables))
+            run.run()
+            self.assertEqual(run.skipped_batches, 1)
+            # The undone iteration's transitions were finite: the buffer kept them.
+            self.assertEqual(int(run.agent.buffer.added), 256)
+            # Its train call and gradient steps were undone.
+            self.assertEqual(int(run.agent.train_attempts), (256 - 64) // 8 + 1)
+            self.assertEqual(int(run.agent.train_calls), (256 - 64) // 8)
+            self.assertEqual(int(run.agent.q_optimizer.iterations), 3 * (256 - 64) // 8)
+
+    def test_a_nonfinite_step_stops_the_run_naming_its_quantity(self):
+        gin.parse_config('OffPolicyTesting.nonfinite_at_train = 2')
+        logdir = self.create_tempdir().full_path
+        with self.assertRaisesRegex(
+                faults.NonFiniteError, r'non-finite q_loss in the iteration that ended at step '
+                r'72; its update was undone and the run stopped; no checkpoint was saved yet'):
+            self.run_to(logdir, env_backend='native')
+
+
+if __name__ == '__main__':
+    absltest.main()
