@@ -1,0 +1,67 @@
+"""Tests of the compiled training step on native environments."""
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from agents import envs
+from agents.algorithms import off_policy_testing
+from agents.runs import training_step
+
+
+def _step(iterations_per_call, **hyperparameters):
+    env = envs.make('Pendulum-v1', num_envs=2, seed=0, wrappers=('range_normalize',))
+    agent = off_policy_testing.OffPolicyTesting(
+        env.observation_space.shape, 1, num_envs=2, learning_starts=0, train_freq=4,
+        **hyperparameters)
+    env_steps = tf.Variable(0, dtype=tf.int64)
+    step = training_step.TrainingStep(agent, env, 4, env_steps, iterations_per_call,
+                                      jit_compile=False)
+    return step, agent, env_steps
+
+
+class TrainingStepTest(absltest.TestCase):
+
+    def test_one_call_runs_several_iterations(self):
+        step, agent, env_steps = _step(3)
+        iterations, report = step(True, 3)
+        self.assertLen(iterations, 3)
+        self.assertEqual(int(env_steps), 24)
+        self.assertEqual(int(agent.buffer.added), 24)
+        self.assertEqual(set(iterations[0].metrics), set(agent.TRAIN_METRICS))
+        self.assertEqual(iterations[0].metrics['q_loss'].shape, (1,))
+        np.testing.assert_array_equal(report['nonfinite'], [0])
+        iterations, _ = step(False, 2)  # Fewer than the most.
+        self.assertLen(iterations, 2)
+        self.assertEqual(int(env_steps), 40)
+
+    def test_a_nonfinite_iteration_is_undone_named_and_ends_the_call(self):
+        step, agent, env_steps = _step(4, nonfinite_at_train=2)
+        step(True, 1)
+        # The networks and optimizers (acting in the rollout moves the generator on).
+        networks = [variable for variable in step.undone_variables
+                    if variable is not agent.random.state]
+        before = [variable.numpy() for variable in networks]
+        iterations, report = step(False, 3)
+        self.assertLen(iterations, 1)  # Stopped after the undone one.
+        code = int(report['nonfinite'][0])
+        self.assertEqual(step.nonfinite_quantities[code - 1], 'q_loss')
+        for saved, variable in zip(before, networks, strict=True):
+            np.testing.assert_array_equal(saved, variable.numpy(), err_msg=variable.name)
+        self.assertEqual(int(env_steps), 16)  # Its steps count; its transitions are kept.
+        self.assertEqual(int(agent.buffer.added), 16)
+
+    def test_copies_what_undoing_needs_and_no_replay_buffer(self):
+        step, agent, _ = _step(1)
+        copied = {variable.ref() for variable in step.undone_variables}
+        self.assertFalse(copied & {variable.ref() for variable in agent.buffer.variables})
+        self.assertIn(agent.policy.log_std.ref(), copied)
+        self.assertEqual(step.nonfinite_quantities, None)  # Until traced.
+        step.trace()
+        self.assertEqual(step.nonfinite_quantities, [
+            training_step.OBSERVATION, training_step.REWARD, 'q_loss', 'policy_loss',
+            training_step.PARAMETER])
+
+
+if __name__ == '__main__':
+    absltest.main()
