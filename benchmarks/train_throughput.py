@@ -64,7 +64,7 @@ from absl import app, flags
 
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
-from agents.runs import loop, run_config, run_dir, run_settings
+from agents.runs import run_config, run_dir, run_settings
 
 flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',

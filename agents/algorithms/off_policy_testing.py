@@ -1,11 +1,11 @@
 """A small off-policy algorithm that proves the run loop's off-policy half (tests only).
 
 `OffPolicyTesting` keeps every transition in a replay buffer (replay_buffer.py) and trains a Q
-network on TD targets and a tanh-squashed Gaussian policy's mean to maximize Q, as DDPG does (Lillicrap et al.
-2016), without target networks: enough to learn from a replay buffer, train every `train_freq`
-steps with `gradient_steps` gradient steps once `learning_starts` steps were observed, resume
-with or without its buffer, and be undone after a non-finite step without its buffer being
-copied.
+network on TD targets and a tanh-squashed Gaussian policy's mean to maximize Q, as DDPG does
+(Lillicrap et al. 2016), without target networks: enough to learn from a replay buffer, train
+every `train_freq` steps with `gradient_steps` gradient steps once `learning_starts` steps were
+observed, resume with or without its buffer, and be undone after a non-finite step without its
+buffer being copied.
 """
 
 import gin

@@ -26,7 +26,7 @@ MODES = ('external', 'in_process', 'hybrid')
 # action space.
 DEFAULT_WRAPPERS = ('range_normalize', 'ClipAction')
 # Seeds of the evaluation environments: far from those of the training environments. The run
-# loop reseeds them before each evaluation from the run's seed and step (`evaluator.evaluation_seed`).
+# reseeds them before each evaluation from its seed and step (`evaluator.evaluation_seed`).
 EVAL_SEED_OFFSET = 1_000_000
 
 

@@ -1,7 +1,6 @@
 """Tests of evaluation: one deterministic episode per environment, seeded by the step."""
 
 import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 
 from agents import envs

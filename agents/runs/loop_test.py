@@ -240,8 +240,8 @@ class TrainerTest(parameterized.TestCase):
         env = environments.env_factory('Pendulum-v1', None, ('range_normalize', 'ClipAction'))()
         observ = np.random.default_rng(0).uniform(-1, 1, (20, 3)).astype(np.float32)
         for step in (1024, 1280):
-            agent = agent_factory.build_algorithm(ppo.PPO, env.observation_space, env.action_space, 1,
-                                         seed=9)
+            agent = agent_factory.build_algorithm(
+                ppo.PPO, env.observation_space, env.action_space, 1, seed=9)
             tf.train.Checkpoint(agent=tf.train.Checkpoint(
                 policy=agent.policy, observ_normalizer=agent.observ_normalizer)).read(
                     os.path.join(logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()

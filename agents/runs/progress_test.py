@@ -63,7 +63,8 @@ class ProgressTest(absltest.TestCase):
         original = logging.info
         logging.info = lambda fmt, line: lines.append(line)
         try:
-            with progress.Heartbeat(0.2, lambda phase, seconds: f'{phase} {seconds >= 0.2}') as beat:
+            line = lambda phase, seconds: f'{phase} {seconds >= 0.2}'  # noqa: E731
+            with progress.Heartbeat(0.2, line) as beat:
                 beat.phase('compiling')
                 time.sleep(1.5)
         finally:

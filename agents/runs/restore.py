@@ -245,8 +245,8 @@ def restore_agent(logdir, checkpoint=None):
                           f'@{getattr(algorithm, "_selector", algorithm)}')
     algorithm = _resolve_references(algorithm)
     try:
-        agent = agent_factory.build_algorithm(algorithm, observation_space, action_space, num_envs=1,
-                                     seed=0)
+        agent = agent_factory.build_algorithm(
+            algorithm, observation_space, action_space, num_envs=1, seed=0)
     except ConfigError as error:
         raise ConfigError(f'cannot build the agent of logdir {logdir}: {error}') from error
     env_steps = tf.Variable(0, dtype=tf.int64, trainable=False)

@@ -1,4 +1,6 @@
-r"""Trains a PPO agent: `bazel run //agents:train -- --gin_file=configs/pendulum.gin`.
+r"""Trains the algorithm a config names (`train.algorithm`).
+
+    bazel run //agents:train -- --gin_file=configs/pendulum.gin
 
 Flags choose the configuration (gin files and bindings), the log directory and the seed; gin
 configures everything else (see configs/). Rerunning with an existing --logdir resumes the run
@@ -17,7 +19,7 @@ Everything the configuration can get wrong is checked before the logdir is touch
 fault (the message, `train: error: ...`, names it and what was kept); 128 + the signal's number
 (143 for SIGTERM, 130 for SIGINT / Ctrl-C) when a signal stopped the run: before training began,
 at once; during training, after the current compiled call and a checkpoint (see
-agents/runs/loop.py); a second signal stops it at once.
+docs/run_loop.md); a second signal stops it at once.
 """
 
 import datetime
@@ -25,9 +27,9 @@ import gc
 import os
 import sys
 
-# Loading TensorFlow and the rest makes ~400k objects that live as long as the process, and the
-# garbage collector scanned them all several times while they were being made: 0.5 to 0.8 s of
-# every start (measured). It pauses for the imports, which then leave its sight (`gc.freeze`).
+# Loading TensorFlow and the rest makes hundreds of thousands of objects that live as long as
+# the process, which the garbage collector would scan several times while they are made. It
+# pauses for the imports, which then leave its sight (`gc.freeze`).
 _collecting = gc.isenabled()
 gc.disable()
 
