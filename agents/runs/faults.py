@@ -11,7 +11,7 @@ import re
 
 from absl import logging
 
-from agents.runs import run_config
+from agents.runs import run_config, xla_cache
 
 ENV_FAILURE_POLICIES = ('restart', 'stop')
 NONFINITE_POLICIES = ('stop', 'skip')
@@ -79,6 +79,21 @@ def describe_env_failure(error):
     [4, 5] died unexpectedly (killed by SIGKILL)': the first line of the error, no advice."""
     text = run_config.first_line(error).split('; the batch is closed')[0].rstrip('.')
     return f'Training environment failure: {text}'
+
+
+def damaged_cache(error, saved_step):
+    """The TrainingError of a compiled program that XLA's cache failed to load, whose entries
+    are moved aside first: TensorFlow keeps the failure for the process, and the next run
+    compiles afresh."""
+    try:
+        moved = f'its entries were moved to {xla_cache.quarantine()}'
+    except OSError as move_error:
+        moved = (f'moving its entries aside failed ({move_error}); delete '
+                 f'{xla_cache.directory()}')
+    return TrainingError(
+        f'XLA\'s compilation cache in {xla_cache.directory()} holds a damaged entry '
+        f'({tf_reason(error)}); {moved}. The run stopped; {kept(saved_step)}. Rerun the same '
+        'command to resume: it compiles again.')
 
 
 class EnvironmentRestarts:

@@ -106,9 +106,10 @@ class TrainingRun:
         self.wall_time = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='wall_time')
         self.steps_per_sec = tf.Variable(
             0.0, dtype=tf.float64, trainable=False, name='steps_per_sec')
+        calls = settings.calls_of(agent.cadence)
         self.training_step = training_step.TrainingStep(
-            agent, envs.training, length, self.env_steps, settings.calls_of(agent.cadence),
-            jit_compile)
+            agent, envs.training, length, self.env_steps, calls, jit_compile)
+        self._schedule = _Schedule(settings, self._steps_per_iteration, calls)
         self.evaluator = evaluator.Evaluator(agent, envs.evaluation, jit_compile)
         self._restarts = faults.EnvironmentRestarts(
             envs.training, envs.make_training, settings.on_env_failure,
@@ -121,7 +122,6 @@ class TrainingRun:
         self.episodes_restored = False
         self._restored = False
         self._eval_warmup = None  # The future of the evaluation compiled ahead.
-        self._after_save = None  # Called with the saved state complete (see `run`).
         self._signals = None  # The StopSignals watched while `run` runs.
         self._heartbeat = None  # The progress.Heartbeat of `run`.
         self._step = 0  # int(env_steps) as of the last iteration, for other threads.
@@ -180,26 +180,12 @@ class TrainingRun:
         paths = self.store.recover()
         for run, path in zip(self.store.runs, paths, strict=True):
             if path:
-                self._restore_run(run, path)
+                held = self.store.restore(run, path, ROLLOUT_CHECKPOINT_KEY)
+                self.episodes_restored = self._saves_episodes and held
         if paths[0]:
             self.agent.from_members()
         self._restored = True
         return paths[0]
-
-    def _restore_run(self, run, path):
-        try:
-            run.checkpoint.restore(path)
-            self.episodes_restored = self._saves_episodes and any(
-                name.startswith(ROLLOUT_CHECKPOINT_KEY + '/') for name in
-                tf.train.load_checkpoint(path).get_variable_to_shape_map())
-        except (tf.errors.OpError, ValueError, AssertionError) as error:
-            raise faults.TrainingError(f'cannot restore checkpoint {path}: '
-                                       f'{run_config.first_line(error)}') from error
-        if run.corrupt:
-            logging.warning('Resumed from %s at step %d: the newest checkpoint that reads '
-                            'back.', path, int(self.env_steps))
-        else:
-            logging.info('Resumed from %s at step %d.', path, int(self.env_steps))
 
     def run(self, after_save=None, signals=None, stop_at_step=None):
         """Trains from the latest checkpoint to the budget; returns the last evaluation.
@@ -215,7 +201,7 @@ class TrainingRun:
         """
         if stop_at_step is not None and (not _is_int(stop_at_step) or stop_at_step < 1):
             raise ValueError(f'stop_at_step must be a positive integer, got {stop_at_step!r}')
-        self._after_save = after_save
+        self.store.after_save = after_save
         with contextlib.ExitStack() as stack:
             if signals is None:
                 signals = stack.enter_context(stop_signals.StopSignals())
@@ -223,7 +209,10 @@ class TrainingRun:
             stack.enter_context(signals.deferred())
             stack.callback(self._signals.on_stop(self._cancel_env_waits))
             self._heartbeat = stack.enter_context(progress.Heartbeat(
-                max(self.settings.log_every_secs, 1.0), self._heartbeat_line))
+                max(self.settings.log_every_secs, 1.0),
+                lambda phase, seconds: progress.heartbeat_line(
+                    self._step, self.settings.total_steps, phase, seconds,
+                    self._train_env.vector_env)))
             stack.enter_context(self.store.open())
             return self._train(stop_at_step)
 
@@ -241,7 +230,7 @@ class TrainingRun:
             steps = self._step = int(self.env_steps)
             self._log_iterations(iterations, steps, clock, episodes)
             last = steps >= target  # The budget's, or a stop's.
-            if self._eval_due(previous_steps, steps) or last:
+            if self._schedule.eval_due(previous_steps, steps) or last:
                 latest = self._evaluate_and_save(steps)
             if last or clock.progress_due(self.settings.log_every_secs):
                 progress.log_progress(steps, self.settings.total_steps, clock.steps_per_sec,
@@ -250,7 +239,8 @@ class TrainingRun:
                 episodes[:] = [0, 0.0]
             self._heartbeat.phase('training')
         self.store.finish()
-        self._log_end(start_steps, stop_at_step, latest)
+        progress.log_end(int(self.env_steps), self.settings.total_steps, start_steps,
+                         stop_at_step, latest)
         self.store.flush_summaries()
         return latest
 
@@ -278,7 +268,7 @@ class TrainingRun:
         self._check_signals()
         progress.clear_scalar_cache()
         began = time.time()
-        count = self._call_size(steps, target, clock.seconds_per_iteration)
+        count = self._schedule.call_size(steps, target, clock.seconds_per_iteration)
         self._heartbeat.phase(
             'the first iteration (tracing and compiling)' if clock.first
             else 'an iteration' if count == 1 else f'a call of {count} iterations')
@@ -298,24 +288,6 @@ class TrainingRun:
         self.wall_time.assign(clock.wall_time())
         self.steps_per_sec.assign(clock.steps_per_sec)
 
-    def _log_end(self, start_steps, stop_at_step, latest):
-        steps, total = int(self.env_steps), self.settings.total_steps
-        if steps < total:  # At or past stop_at_step.
-            if steps == start_steps:
-                logging.info('Nothing to do: the run is at step %d, at or past --stop_at_step=%d; '
-                             'rerun without --stop_at_step, or with a later one, to continue.',
-                             steps, stop_at_step)
-            else:
-                logging.info('Stopped at step %d of %d (--stop_at_step=%d); rerun without '
-                             '--stop_at_step, or with a later one, to continue.', steps, total,
-                             stop_at_step)
-        elif latest is None:
-            logging.info('Nothing to do: the run already reached %d steps.', total)
-        else:
-            logging.info('Done: %d steps in %.1f s, %.0f env steps/s, eval return %s.',
-                         latest['step'], latest['wall_time_s'], latest['env_steps_per_sec'],
-                         progress.format_return(latest['mean_return']))
-
     def _cancel_env_waits(self, signum):
         """Ends a wait for the training environments' workers, e.g. for one that hangs."""
         if self._train_env.vector_env is not None:
@@ -326,54 +298,13 @@ class TrainingRun:
         if self._signals.signum is not None:
             self._stop_on_signal(self._signals.signum)
 
-    def _heartbeat_line(self, phase, seconds):
-        """The progress line of a phase that has lasted `seconds` without one."""
-        line = f'step {self._step}/{self.settings.total_steps} | {phase} for {seconds:.0f} s'
-        vector_env = self._train_env.vector_env
-        waiting = vector_env.waiting() if vector_env is not None else None
-        if waiting:
-            waited, workers = waiting
-            line += (f' | waiting {waited:.0f} s for {", ".join(workers)} (deemed hung after '
-                     'BatchEnv.timeout)')
-        return line
-
     def _write_iteration_summaries(self, iterations, steps, steps_per_sec):
         """Each run's TensorBoard scalars of the iterations of a call (the last ending at
         `steps`), written by one compiled call per run."""
         names, values = progress.iteration_scalars(
             iterations, self.agent.num_members, steps_per_sec)
-        ends = tf.constant(steps - self._steps_per_iteration * np.arange(len(iterations))[::-1],
-                           tf.int64)
-        for member, run in enumerate(self.store.runs):
-            with self.store.writing(f'the summaries in {run.logdir}'):
-                if run.write_scalars is None or run.write_scalars.names != names:
-                    run.write_scalars = progress.ScalarWriter(run.writer, names)
-                run.write_scalars(ends, tf.constant(values[:, member]))
-
-    def _eval_due(self, previous_steps, steps):
-        """Whether the iteration from `previous_steps` to `steps` ends with an evaluation.
-
-        A function of the steps alone, so a resumed run evaluates where an uninterrupted one
-        would have.
-        """
-        every = self.settings.eval_every_steps
-        return steps >= self.settings.total_steps or steps // every > previous_steps // every
-
-    def _call_size(self, steps, target, seconds_per_iteration):
-        """How many iterations the next compiled call runs from `steps`: up to the next
-        evaluation or `target`, at most `iterations_per_call`, and about CALL_SECONDS' worth once
-        an iteration's time is known (the first call, which compiles, runs one)."""
-        most = self.training_step.iterations_per_call
-        if seconds_per_iteration is None:
-            most = 1
-        else:
-            most = min(most, max(1, int(CALL_SECONDS / max(seconds_per_iteration, 1e-9))))
-        count = 1
-        end = steps + self._steps_per_iteration
-        while count < most and end < target and not self._eval_due(steps, end):
-            count += 1
-            steps, end = end, end + self._steps_per_iteration
-        return count
+        ends = steps - self._steps_per_iteration * np.arange(len(iterations))[::-1]
+        self.store.write_scalars(ends, names, values)
 
     def _iterations(self, reset, count):
         """One compiled call of up to `count` iterations, redone on fresh environments if they
@@ -422,24 +353,9 @@ class TrainingRun:
             # new episodes.
             self._on_nonfinite_batch(None, None)
         elif xla_cache.damaged(error):
-            self._on_damaged_cache(error)
+            raise faults.damaged_cache(error, self.store.saved_step) from None
         else:
             raise error
-
-    def _on_damaged_cache(self, error):
-        """Raises TrainingError for a compiled program that XLA's cache failed to load, having
-        moved the cache's entries aside: TensorFlow keeps the failure for the process, and the
-        next run compiles afresh."""
-        try:
-            moved = f'its entries were moved to {xla_cache.quarantine()}'
-        except OSError as move_error:
-            moved = (f'moving its entries aside failed ({move_error}); delete '
-                     f'{xla_cache.directory()}')
-        raise faults.TrainingError(
-            f'XLA\'s compilation cache in {xla_cache.directory()} holds a damaged entry '
-            f'({faults.tf_reason(error)}); {moved}. The run stopped; '
-            f'{faults.kept(self.store.saved_step)}. Rerun the same command to resume: it '
-            'compiles again.') from None
 
     def _on_nonfinite_batch(self, codes, report):
         """Stops the run, or logs the skipped batch (the update was undone in the graph).
@@ -455,30 +371,14 @@ class TrainingRun:
             members = range(len(self.store.runs))
         else:
             members = np.flatnonzero(codes).tolist()
-            problem = '; '.join(self._nonfinite_problem(member, int(codes[member]), report, steps)
-                                for member in members)
+            problem = '; '.join(self.training_step.describe_nonfinite(
+                member, int(codes[member]), report, steps, self.store.runs[member].name)
+                for member in members)
         self._nonfinite.dropped(problem, self.store.saved_step)
         for member in members:
             run = self.store.runs[member]
             run.skipped_batches += 1
             self.store.summary(run, steps, {'train/skipped_batches': run.skipped_batches})
-
-    def _nonfinite_problem(self, member, code, report, steps):
-        """The sentence of what went non-finite (`code`) for `member`."""
-        quantity = self.training_step.nonfinite_quantities[code - 1]
-        where = ''
-        if quantity in (training_step.OBSERVATION, training_step.REWARD):
-            envs = report['nonfinite_envs'].reshape(self.agent.num_members, -1)[member]
-            where = f' {np.flatnonzero(envs).tolist()}'
-        elif quantity == training_step.PARAMETER:
-            names = [variable.name for variable, finite in zip(
-                self.training_step.float_variables, report['finite_variables'][:, member],
-                strict=True) if not finite]
-            where = f' ({", ".join(names[:3])}{" ..." if len(names) > 3 else ""})'
-        name = self.store.runs[member].name
-        of_member = f' of {name}' if name else ''
-        return (f'non-finite {quantity}{where}{of_member} in the iteration that ended at step '
-                f'{steps}; its update was undone')
 
     def _stop_on_signal(self, signum):
         """Saves a checkpoint (unless this step has one) and raises Interrupted."""
@@ -493,7 +393,7 @@ class TrainingRun:
         else:
             saved = f'the checkpoint of step {steps} is saved'
         self.store.flush_summaries()
-        self._publish()
+        self.store.publish()
         raise faults.Interrupted(signum, steps, f'interrupted by {signal.Signals(signum).name} '
                                  f'at step {steps}; {saved}. Rerun the same command to resume.')
 
@@ -520,7 +420,7 @@ class TrainingRun:
                 'mean_return', 'std_return', 'mean_length')})
             with self.store.writing(f'the summaries in {run.logdir}'):
                 run.writer.flush()
-        self._publish()
+        self.store.publish()
         return records[self.store.runs[0]]
 
     def _evaluate(self, steps):
@@ -536,7 +436,7 @@ class TrainingRun:
                 seeds if len(runs) > 1 else seeds[0], self._check_signals)
         except tf.errors.OpError as error:
             if xla_cache.damaged(error):
-                self._on_damaged_cache(error)
+                raise faults.damaged_cache(error, self.store.saved_step) from None
             if evaluator.NONFINITE_ACTION not in error.message:
                 raise
             raise faults.NonFiniteError(
@@ -552,19 +452,6 @@ class TrainingRun:
                 float(self.wall_time))
         return records
 
-    def _publish(self):
-        """Hands the complete save to `after_save`, once the save in flight is written."""
-        if self._after_save is None:
-            return
-        self.store.finish()
-        try:
-            self._after_save()
-        except Exception as error:  # Storage clients raise their own types.
-            raise faults.WriteError(
-                f'cannot store the run: {type(error).__name__}: {error}. The run stopped; '
-                f'{faults.kept(self.store.saved_step)}. Rerun the same command to resume.'
-            ) from error
-
     def _complete_last_save(self, steps, records, stop_at_step=None):
         """Finishes the save of the restored checkpoint if the previous run was stopped in it.
 
@@ -576,7 +463,7 @@ class TrainingRun:
         """
         previous = steps - self._steps_per_iteration
         at_stop = stop_at_step is not None and previous < stop_at_step <= steps
-        if not steps or not (self._eval_due(previous, steps) or at_stop):
+        if not steps or not (self._schedule.eval_due(previous, steps) or at_stop):
             return None
         logged = [any(record.get('step') == steps for record in run_records)
                   for run_records in records]
@@ -595,6 +482,37 @@ class TrainingRun:
         return self._evaluate_and_save(
             steps, save_checkpoint=False,
             runs=[run for run, done in zip(runs, logged, strict=True) if not done])
+
+
+class _Schedule:
+    """When a run evaluates, and how many iterations its next compiled call runs."""
+
+    def __init__(self, settings, steps_per_iteration, iterations_per_call):
+        self._every = settings.eval_every_steps
+        self._total = settings.total_steps
+        self._steps_per_iteration = steps_per_iteration
+        self._iterations_per_call = iterations_per_call
+
+    def eval_due(self, previous_steps, steps):
+        """Whether the iteration from `previous_steps` to `steps` ends with an evaluation: a
+        function of the steps alone, so a resumed run evaluates where an uninterrupted one
+        would have."""
+        return steps >= self._total or steps // self._every > previous_steps // self._every
+
+    def call_size(self, steps, target, seconds_per_iteration):
+        """How many iterations the next compiled call runs from `steps`: up to the next
+        evaluation or `target`, at most `iterations_per_call`, and about CALL_SECONDS' worth once
+        an iteration's time is known (the first call, which compiles, runs one)."""
+        most = 1
+        if seconds_per_iteration is not None:
+            most = min(self._iterations_per_call,
+                       max(1, int(CALL_SECONDS / max(seconds_per_iteration, 1e-9))))
+        count = 1
+        end = steps + self._steps_per_iteration
+        while count < most and end < target and not self.eval_due(steps, end):
+            count += 1
+            steps, end = end, end + self._steps_per_iteration
+        return count
 
 
 class _Clock:

@@ -43,6 +43,38 @@ def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_member
                  steps, total_steps, speed, format_seconds(eta), train_return, eval_return)
 
 
+def log_end(steps, total_steps, start_steps, stop_at_step, latest):
+    """Logs how a run that stopped without a fault ended: done, stopped at `stop_at_step`, or
+    with nothing to do."""
+    if steps < total_steps:  # At or past stop_at_step.
+        if steps == start_steps:
+            logging.info('Nothing to do: the run is at step %d, at or past --stop_at_step=%d; '
+                         'rerun without --stop_at_step, or with a later one, to continue.',
+                         steps, stop_at_step)
+        else:
+            logging.info('Stopped at step %d of %d (--stop_at_step=%d); rerun without '
+                         '--stop_at_step, or with a later one, to continue.', steps, total_steps,
+                         stop_at_step)
+    elif latest is None:
+        logging.info('Nothing to do: the run already reached %d steps.', total_steps)
+    else:
+        logging.info('Done: %d steps in %.1f s, %.0f env steps/s, eval return %s.',
+                     latest['step'], latest['wall_time_s'], latest['env_steps_per_sec'],
+                     format_return(latest['mean_return']))
+
+
+def heartbeat_line(step, total_steps, phase, seconds, vector_env):
+    """The progress line of a phase that has lasted `seconds` without one, naming the workers
+    of `vector_env` (None for native environments) that the run is waiting for."""
+    line = f'step {step}/{total_steps} | {phase} for {seconds:.0f} s'
+    waiting = vector_env.waiting() if vector_env is not None else None
+    if waiting:
+        waited, workers = waiting
+        line += (f' | waiting {waited:.0f} s for {", ".join(workers)} (deemed hung after '
+                 'BatchEnv.timeout)')
+    return line
+
+
 def iteration_scalars(iterations, num_members, steps_per_sec):
     """The names and values [iterations, members, names] of the TensorBoard scalars of the
     iterations of a call; NaN: not written (an undone update's metrics, the returns of an

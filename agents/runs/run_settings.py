@@ -246,25 +246,25 @@ class RunSettings:
 
 def from_gin(**overrides):
     """The settings of the parsed gin config (with `overrides`), validated."""
-    try:
-        algorithm = gin.query_parameter('train.algorithm')
-    except ValueError:
-        if 'algorithm' not in overrides:
-            raise run_config.ConfigError(
-                'no algorithm: bind train.algorithm in the config, e.g. train.algorithm = @PPO'
-            ) from None
-    else:
-        del algorithm
-    try:
-        gin.query_parameter('train.env_id')
-    except ValueError:
-        if 'env_id' not in overrides:
-            raise run_config.ConfigError(
-                'no environment: bind train.env_id in the config') from None
+    for name, missing in (('algorithm', 'no algorithm: bind train.algorithm in the config, e.g. '
+                                        'train.algorithm = @PPO'),
+                          ('env_id', 'no environment: bind train.env_id in the config')):
+        if name in overrides:
+            continue
+        try:
+            value = gin.query_parameter(f'train.{name}')
+        except ValueError:
+            raise run_config.ConfigError(missing) from None
+        if name == 'algorithm' and isinstance(value, gin.config.ConfigurableReference):
+            check_algorithm(getattr(value.scoped_configurable_fn, '__wrapped__',
+                                    value.scoped_configurable_fn))
     try:
         settings = RunSettings(**overrides)
     except TypeError as error:  # An override that is no setting.
         raise run_config.ConfigError(f'train: {error}') from None
+    except RuntimeError as error:  # Gin's error for a required setting left unbound.
+        raise run_config.ConfigError(
+            f'{run_config.first_line(error)}: bind them in the config') from None
     settings.validate()
     return settings
 

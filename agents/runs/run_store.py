@@ -19,7 +19,15 @@ import gin
 import tensorflow as tf
 from absl import logging
 
-from agents.runs import checkpoint_snapshot, faults, policy_export, recovery, run_config, run_dir
+from agents.runs import (
+    checkpoint_snapshot,
+    faults,
+    policy_export,
+    progress,
+    recovery,
+    run_config,
+    run_dir,
+)
 
 # The bindings that make a population, which its members' configurations do not have.
 POPULATION_BINDINGS = ('train.population', 'train.population_members')
@@ -78,6 +86,7 @@ class RunStore:
         self.saved_step = None  # Of the newest complete checkpoint, once known.
         self._pending = None  # The save in flight: (the step saved before it, its work).
         self._background = None  # The thread of background saves, while `open`.
+        self.after_save = None  # Called whenever the run directories hold a complete save.
 
     @contextlib.contextmanager
     def open(self):
@@ -105,6 +114,19 @@ class RunStore:
                     logging.warning('Could not write %s (%s).', failure.what, _reason(
                         failure.error))
                 raise
+
+    def publish(self):
+        """Hands the complete save to `after_save` (e.g. an upload to the run's bucket), once
+        the save in flight is written."""
+        if self.after_save is None:
+            return
+        self.finish()
+        try:
+            self.after_save()
+        except Exception as error:  # Storage clients raise their own types.
+            raise faults.WriteError(
+                f'cannot store the run: {type(error).__name__}: {error}. The run stopped; '
+                f'{faults.kept(self.saved_step)}. Rerun the same command to resume.') from error
 
     def submit(self, work):
         """Runs `work` on the background thread (while `open`); returns its future."""
@@ -153,6 +175,34 @@ class RunStore:
                                 '(a save was interrupted); the population resumes from %d.',
                                 run.logdir, step, step)
         return [steps[step] for steps in by_step]
+
+    def restore(self, run, path, key):
+        """Restores `run` from its checkpoint `path`; returns whether that holds entries under
+        `key` (a checkpoint from before them, or of another backend, does not)."""
+        try:
+            run.checkpoint.restore(path)
+            held = any(name.startswith(key + '/') for name in
+                       tf.train.load_checkpoint(path).get_variable_to_shape_map())
+        except (tf.errors.OpError, ValueError, AssertionError) as error:
+            raise faults.TrainingError(f'cannot restore checkpoint {path}: '
+                                       f'{run_config.first_line(error)}') from error
+        steps = int(run.checkpoint.env_steps)
+        if run.corrupt:
+            logging.warning('Resumed from %s at step %d: the newest checkpoint that reads '
+                            'back.', path, steps)
+        else:
+            logging.info('Resumed from %s at step %d.', path, steps)
+        return held
+
+    def write_scalars(self, steps, names, values):
+        """Each run's TensorBoard scalars `values` [len(steps), runs, len(names)] at `steps`,
+        written by one compiled call per run (progress.ScalarWriter)."""
+        steps = tf.constant(steps, tf.int64)
+        for member, run in enumerate(self.runs):
+            with self.writing(f'the summaries in {run.logdir}'):
+                if run.write_scalars is None or run.write_scalars.names != names:
+                    run.write_scalars = progress.ScalarWriter(run.writer, names)
+                run.write_scalars(steps, tf.constant(values[:, member]))
 
     def open_logs(self, start_steps):
         """Opens each run's summaries and repairs its metrics lines past `start_steps`;

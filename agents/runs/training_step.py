@@ -97,6 +97,23 @@ class TrainingStep:
                 dropped=np.zeros(self._members, bool)))
         return iterations, {name: value.numpy() for name, value in outputs.items()}
 
+    def describe_nonfinite(self, member, code, report, steps, name=''):
+        """The sentence of what went non-finite (`code`, of `report`) for `member` (`name`:
+        its run directory's, '' for a lone run) in the iteration that ended at `steps`."""
+        quantity = self.nonfinite_quantities[code - 1]
+        where = ''
+        if quantity in (OBSERVATION, REWARD):
+            envs = report['nonfinite_envs'].reshape(self._members, -1)[member]
+            where = f' {np.flatnonzero(envs).tolist()}'
+        elif quantity == PARAMETER:
+            names = [variable.name for variable, finite in zip(
+                self.float_variables, report['finite_variables'][:, member], strict=True)
+                if not finite]
+            where = f' ({", ".join(names[:3])}{" ..." if len(names) > 3 else ""})'
+        of_member = f' of {name}' if name else ''
+        return (f'non-finite {quantity}{where}{of_member} in the iteration that ended at step '
+                f'{steps}; its update was undone')
+
     def _iterations_graph(self, reset, count):
         """Up to `count` iterations (at most `iterations_per_call`) in one compiled call; stops
         early after an iteration that went non-finite (its update undone)."""
