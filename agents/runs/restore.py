@@ -23,8 +23,14 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from agents.runs import agent_factory, environments, recovery, run_config, run_dir
-from agents.runs import run_settings  # noqa: F401 (registers train.*, read from run configs)
+from agents.runs import (
+    agent_factory,
+    environments,
+    recovery,
+    run_config,
+    run_dir,
+    run_settings,  # noqa: F401 (registers train.*, read from run configs)
+)
 
 ConfigError = run_config.ConfigError
 # Runs written before `train.algorithm` was a binding trained PPO (a binding, so this module
