@@ -64,7 +64,7 @@ from absl import app, flags
 
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
-from agents.runs import loop, run_config
+from agents.runs import loop, run_config, run_dir
 
 flags.DEFINE_list('tasks', ['pendulum', 'pendulum_native', 'pendulum_native64',
                             'pendulum_native256', 'pendulum_native4096',
@@ -257,7 +257,7 @@ def run_monitored(command, logdir, env, poll_secs, cwd=None):
         # BatchPPO would resume the run found there.
         raise FileExistsError(f'{logdir} exists; give an empty --workdir')
     os.makedirs(os.path.dirname(logdir), exist_ok=True)
-    metrics_path = os.path.join(logdir, loop.METRICS_FILE)
+    metrics_path = os.path.join(logdir, run_dir.METRICS_FILE)
     load_before = os.getloadavg()[0]
     evals, offset, pending = [], 0, ''
     peak_rss = peak_pss = 0.0

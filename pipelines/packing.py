@@ -24,7 +24,8 @@ import gin
 from absl import logging
 
 from agents.algorithms import registry
-from agents.runs import loop, run_config
+from agents.runs import loop, run_config, run_dir
+from agents.storage import failures
 from pipelines import sweep_spec
 from pipelines import trial as trial_lib
 
@@ -153,13 +154,13 @@ def _population_problem():
     except run_config.ConfigError as error:
         return str(error)
     except Exception as error:  # The trainer would fail on its own: let it tell the trial.
-        return run_config.first_line(error)
+        return failures.first_line(error)
 
 
 def population(trials, shared, varied):
     """The Population of `trials` (one configuration's shared bindings, `varied` the names of
     the scalars they set each)."""
-    members = [{sweep_spec.SEED_BINDING: trial.seed,
+    members = [{run_dir.SEED_BINDING: trial.seed,
                 **{name: trial.bindings[name] for name in varied}} for trial in trials]
     population_id = 'pop-' + hashlib.sha256(
         json.dumps([trial.id for trial in trials]).encode()).hexdigest()[:10]

@@ -64,6 +64,7 @@ from apache_beam.options.pipeline_options import (
 
 from agents.runs import run_config, run_dir
 from agents.scripts import log_noise
+from agents.storage import backends, failures, file_io, locations
 from pipelines import plots, report_data, report_html, run_reader
 
 EXIT_USAGE = 2
@@ -86,7 +87,7 @@ flags.DEFINE_boolean('videos', True, 'Render a video of the best run of each con
 flags.DEFINE_integer('video_max_steps', 200, 'Length limit of the video episodes.')
 flags.DEFINE_integer('video_size', 256, 'Video frames are shrunk to at most this many pixels '
                      'a side.')
-flags.DEFINE_multi_string('ignore_bindings', [run_reader.SEED_BINDING], 'Bindings that do not '
+flags.DEFINE_multi_string('ignore_bindings', [run_dir.SEED_BINDING], 'Bindings that do not '
                           'tell configurations apart (the seed).')
 
 FLAGS = flags.FLAGS
@@ -103,8 +104,8 @@ def output_file(directory, relative):
     Under a local `directory` (whose folders `build_pipeline` made) it is the file itself; under
     a URL it is a temporary file, uploaded to its place when the block ends without an error.
     """
-    path = run_dir.join(directory, relative)
-    if not run_dir.is_remote(path):
+    path = locations.join(directory, relative)
+    if not locations.is_remote(path):
         yield path
         return
     with tempfile.TemporaryDirectory(prefix='report-') as local:
@@ -113,18 +114,18 @@ def output_file(directory, relative):
         with open(local_path, 'rb') as f:
             data = f.read()
         # The type lets browsers show the report from the store.
-        run_dir.write_bytes(path, data, mime_type=mimetypes.guess_type(relative)[0] or
+        file_io.write_bytes(path, data, mime_type=mimetypes.guess_type(relative)[0] or
                             'application/octet-stream')
 
 
 @contextlib.contextmanager
 def local_directory(directory):
     """`directory` itself if it is local, else a temporary copy of the files under the URL."""
-    if not run_dir.is_remote(directory):
+    if not locations.is_remote(directory):
         yield directory
         return
     with tempfile.TemporaryDirectory(prefix='policy-') as copy:
-        run_dir.download_tree(directory, copy)
+        file_io.download_tree(directory, copy)
         yield copy
 
 
@@ -174,7 +175,7 @@ def render_video(config, settings):
         except Exception as error:  # One bad policy must not stop the report; it is listed.
             logging.warning('No video of %s: %s', run_id, error)
             # A message naming the policy's local copy names the policy.
-            message = run_config.first_line(error).replace(local_policy, policy_dir)
+            message = failures.first_line(error).replace(local_policy, policy_dir)
             failures.append(f'{run_id}: {message}')
             continue
         config['video'] = dict(info, path=path, run=run_id, seed=seed)
@@ -206,7 +207,7 @@ def _render_with_retry(policy_dir, path, settings, attempts=2):
             if attempt == attempts:
                 raise
             logging.warning('Rendering %s failed (%s: %s); trying again.', policy_dir,
-                            type(error).__name__, run_config.first_line(error))
+                            type(error).__name__, failures.first_line(error))
 
 
 def write_report(unused_element, runs, configurations, discovery, settings):
@@ -245,7 +246,7 @@ def write_report(unused_element, runs, configurations, discovery, settings):
 
 def build_pipeline(pipeline, discovery, settings):
     """The report pipeline's stages on `pipeline` (see the module docstring)."""
-    if not run_dir.is_remote(settings.output_dir):
+    if not locations.is_remote(settings.output_dir):
         for name in ('runs', 'plots', 'videos'):
             os.makedirs(os.path.join(settings.output_dir, name), exist_ok=True)
     runs = (pipeline
@@ -316,7 +317,7 @@ def check_runner(options, settings):
     if runner and 'dataflow' in str(runner).lower():
         local = [f'--{name}' for name, path in (('input', settings.input_dir),
                                                 ('output_dir', settings.output_dir))
-                 if not run_dir.is_remote(path)]
+                 if not locations.is_remote(path)]
         if local:
             raise UsageError(f'--runner={runner} runs the workers on other machines, which '
                              f'cannot reach the local {" and ".join(local)}: give gs:// URLs')
@@ -327,23 +328,23 @@ def storage_errors(url):
     """A failure to use URL `url` (library missing, no credentials, unknown bucket, permission
     denied) as a UsageError in one sentence."""
     try:
-        with run_dir.storage_errors(url, keep=(UsageError,)):
+        with failures.storage_errors(url, keep=(UsageError,)):
             yield
-    except run_dir.StorageError as error:
+    except failures.StorageError as error:
         raise UsageError(str(error)) from error
 
 
 def _contains(directory, path):
-    if run_dir.is_remote(directory) != run_dir.is_remote(path):
+    if locations.is_remote(directory) != locations.is_remote(path):
         return False
-    if run_dir.is_remote(directory):
+    if locations.is_remote(directory):
         return path == directory or path.startswith(directory + '/')
     return os.path.commonpath([directory, path]) == directory
 
 
 def check_output_dir(output_dir, input_dir):
     """Fails unless `output_dir` can take the report without losing anything else."""
-    if run_dir.is_remote(output_dir):
+    if locations.is_remote(output_dir):
         with storage_errors(output_dir):
             _check_remote_output_dir(output_dir, input_dir)
         return
@@ -355,7 +356,7 @@ def check_output_dir(output_dir, input_dir):
         if not _holds_report(output_dir):
             raise UsageError(f'output_dir {output_dir} is not empty and holds no earlier '
                              'report; choose a new or empty directory')
-    unwritable = run_dir.unwritable_ancestor(os.path.dirname(output_dir))
+    unwritable = locations.unwritable_ancestor(os.path.dirname(output_dir))
     if unwritable:
         raise UsageError(f'cannot write output_dir {output_dir}: {unwritable} is not writable')
 
@@ -364,11 +365,11 @@ def _check_remote_output_dir(output_dir, input_dir):
     """`check_output_dir` of a URL; a probe object tells whether it can be written."""
     if _contains(output_dir, input_dir):
         raise UsageError(f'output_dir {output_dir} contains the input {input_dir}')
-    run_dir.check_writable(output_dir)
+    file_io.check_writable(output_dir)
     # An object of that name (a bucket itself is none).
-    if '/' in output_dir.split('://', 1)[1] and run_dir.exists(output_dir):
+    if '/' in output_dir.split('://', 1)[1] and file_io.exists(output_dir):
         raise UsageError(f'output_dir {output_dir} exists and is a file, not a folder')
-    if any(not name.startswith(STAGING_PREFIX) for name in run_dir.list_files(output_dir)):
+    if any(not name.startswith(STAGING_PREFIX) for name in file_io.list_files(output_dir)):
         if not _holds_report(output_dir):
             raise UsageError(f'output_dir {output_dir} is not empty and holds no earlier '
                              'report; choose a new or empty folder')
@@ -376,7 +377,7 @@ def _check_remote_output_dir(output_dir, input_dir):
 
 def _holds_report(directory):
     try:
-        text = run_dir.read_text(run_dir.join(directory, report_html.REPORT_FILE))
+        text = file_io.read_text(locations.join(directory, report_html.REPORT_FILE))
         return json.loads(text).get('format') == report_data.FORMAT
     except (OSError, ValueError, AttributeError):
         return False
@@ -384,8 +385,8 @@ def _holds_report(directory):
 
 def _directory_flag(path):
     """A --input or --output_dir: resolved (URLs unchanged) and without trailing slashes."""
-    path = run_dir.resolve(path)
-    return re.sub(r'(?<=[^/])/+$', '', path) if run_dir.is_remote(path) else path
+    path = locations.resolve(path)
+    return re.sub(r'(?<=[^/])/+$', '', path) if locations.is_remote(path) else path
 
 
 def settings_from_flags():
@@ -397,9 +398,9 @@ def settings_from_flags():
         if getattr(FLAGS, name) < 1:
             raise UsageError(f'--{name} must be positive, got {getattr(FLAGS, name)}')
     input_dir = _directory_flag(FLAGS.input)
-    if run_dir.is_remote(input_dir):
+    if locations.is_remote(input_dir):
         with storage_errors(input_dir):
-            if run_dir.is_empty_directory(input_dir):
+            if file_io.is_empty_directory(input_dir):
                 raise UsageError(f'input {input_dir} does not exist: nothing is stored under it')
     elif not os.path.isdir(input_dir):
         raise UsageError(f'input {input_dir} does not exist or is not a directory')
@@ -423,9 +424,9 @@ def make_report(settings, options=None):
       The report (report.json's content).
     """
     output_dir = settings.output_dir
-    remote = run_dir.is_remote(output_dir)
+    remote = locations.is_remote(output_dir)
     if remote:
-        staging = run_dir.join(output_dir, STAGING_PREFIX + uuid.uuid4().hex[:12])
+        staging = locations.join(output_dir, STAGING_PREFIX + uuid.uuid4().hex[:12])
     else:
         parent = os.path.dirname(output_dir)
         os.makedirs(parent, exist_ok=True)
@@ -440,7 +441,7 @@ def make_report(settings, options=None):
         options = options or PipelineOptions([])
         with beam.Pipeline(runner=default_runner(options), options=options) as pipeline:
             build_pipeline(pipeline, discovery, staged)
-        report = json.loads(run_dir.read_text(run_dir.join(staging, report_html.REPORT_FILE)))
+        report = json.loads(file_io.read_text(locations.join(staging, report_html.REPORT_FILE)))
         if remote:
             publish(staging, output_dir)
         else:
@@ -461,27 +462,28 @@ def publish(staging, output_dir):
     replaced nor after a failure does the folder have an index.html over the files of two
     reports; then the files of the earlier report that the new one lacks are removed.
     """
-    staged = run_dir.list_files(staging)
-    earlier = [name for name in run_dir.list_files(output_dir)
+    staged = file_io.list_files(staging)
+    earlier = [name for name in file_io.list_files(output_dir)
                if not name.startswith(STAGING_PREFIX)]
     index = report_html.INDEX_FILE
-    run_dir.delete([run_dir.join(output_dir, index)])
-    _in_parallel(lambda name: _copy(run_dir.join(staging, name), run_dir.join(output_dir, name)),
+    file_io.delete([locations.join(output_dir, index)])
+    _in_parallel(lambda name: _copy(locations.join(staging, name),
+                                    locations.join(output_dir, name)),
                  [name for name in sorted(staged) if name != index])
-    _copy(run_dir.join(staging, index), run_dir.join(output_dir, index))
-    _in_parallel(lambda name: run_dir.delete([run_dir.join(output_dir, name)]),
+    _copy(locations.join(staging, index), locations.join(output_dir, index))
+    _in_parallel(lambda name: file_io.delete([locations.join(output_dir, name)]),
                  [name for name in earlier if name not in staged])
 
 
 def _copy(source, destination):
     """Copies a file within an object store (the data does not pass through here)."""
-    run_dir.filesystems(source).copy([source], [destination])
+    backends.filesystems(source).copy([source], [destination])
 
 
 def _remove_staging(staging):
     try:
-        _in_parallel(lambda name: run_dir.delete([run_dir.join(staging, name)]),
-                     run_dir.list_files(staging))
+        _in_parallel(lambda name: file_io.delete([locations.join(staging, name)]),
+                     file_io.list_files(staging))
     except Exception as error:  # Left behind, it is ignored by later reports.
         logging.warning('Could not remove the staging files %s: %s', staging, error)
 
@@ -514,7 +516,7 @@ def main(argv):
     report = make_report(settings, options)
     print(f'Report of {report["num_runs"]} runs in {len(report["configurations"])} '
           f'configurations ({report["num_skipped"]} skipped, {len(report["problems"])} '
-          f'problems): {run_dir.join(settings.output_dir, report_html.INDEX_FILE)}')
+          f'problems): {locations.join(settings.output_dir, report_html.INDEX_FILE)}')
     for entry in report['skipped']:
         print(f'  skipped {entry["run"]}: {entry["reason"]}')
     for entry in report['problems']:

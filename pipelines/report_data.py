@@ -27,6 +27,7 @@ import re
 
 import numpy as np
 
+from agents.runs import run_dir
 from pipelines import halving, run_reader, score_statistics
 
 FORMAT = 'batchppo-report/1'
@@ -49,7 +50,7 @@ class Settings:
     videos: bool = True
     video_max_steps: int = 200
     video_size: int = 256
-    ignore_bindings: tuple = (run_reader.SEED_BINDING,)
+    ignore_bindings: tuple = (run_dir.SEED_BINDING,)
 
 
 def generator(seed, key, purpose):

@@ -15,7 +15,7 @@ import posixpath
 
 import jinja2
 
-from agents.runs import run_dir
+from agents.storage import file_io, locations
 
 TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'templates')
 REPORT_FILE = 'report.json'
@@ -61,12 +61,12 @@ def write_report(report, directory):
     """Writes report.json, runs/*.html and, last, index.html into `directory` (a local path or
     a URL), each file whole or not at all."""
     for run in report['runs']:
-        _write(run_dir.join(directory, run['page']), render_run(report, run), 'text/html')
-    _write(run_dir.join(directory, REPORT_FILE),
+        _write(locations.join(directory, run['page']), render_run(report, run), 'text/html')
+    _write(locations.join(directory, REPORT_FILE),
            json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + '\n',
            'application/json')
-    _write(run_dir.join(directory, INDEX_FILE), render_index(report), 'text/html')
+    _write(locations.join(directory, INDEX_FILE), render_index(report), 'text/html')
 
 
 def _write(path, text, mime_type):
-    run_dir.write_bytes(path, text.encode('utf-8'), mime_type=f'{mime_type}; charset=utf-8')
+    file_io.write_bytes(path, text.encode('utf-8'), mime_type=f'{mime_type}; charset=utf-8')

@@ -13,8 +13,8 @@ from unittest import mock
 import imageio.v2 as imageio
 from absl.testing import absltest, flagsaver
 
-from agents.runs import gcs_testing, run_dir
 from agents.scripts import testing_utils as script_testing
+from agents.storage import failures, file_io, gcs_testing
 from pipelines import report, report_fixtures, report_html, run_reader
 
 FAST = {'bootstrap_reps': 2000, 'curve_bootstrap_reps': 200}
@@ -55,13 +55,13 @@ class ReportOnStorageTest(absltest.TestCase):
         cls.policy = report_fixtures.train_tiny_policy(os.path.join(tmp, 'tiny'))
         cls.sweep = report_fixtures.make_sweep(os.path.join(tmp, 'sweep'), cls.policy)
         cls.emulator = cls.enterClassContext(gcs_testing.GcsEmulator(buckets=('reports',)))
-        run_dir.upload_tree(cls.sweep, SWEEP)
+        file_io.upload_tree(cls.sweep, SWEEP)
         # The same sweep reported from and to local directories, for comparison.
         cls.local = os.path.join(tmp, 'local-report')
         with flagsaver.flagsaver(input=cls.sweep, output_dir=cls.local, video_max_steps=30,
                                  video_size=128, **FAST):
             assert report.main(['report', IN_PROCESS]) == 3
-        cls.local_files = set(run_dir.list_files(cls.local))
+        cls.local_files = set(file_io.list_files(cls.local))
 
     def environment(self):
         return self.emulator.environment(dict(os.environ, PYTHONPATH=script_testing.ROOT))
@@ -102,7 +102,7 @@ class ReportOnStorageTest(absltest.TestCase):
 
         # Copied down, the report is whole: every page links only to files in its folder.
         copy = self.create_tempdir().full_path
-        run_dir.download_tree('gs://reports/report', copy)
+        file_io.download_tree('gs://reports/report', copy)
         pages = ['index.html'] + [run['page'] for run in remote['runs']]
         for page in pages:
             for link in links(os.path.join(copy, page)):
@@ -127,18 +127,18 @@ class ReportOnStorageTest(absltest.TestCase):
         output = 'gs://reports/small-report'
         logdir = report_fixtures.make_run(os.path.join(self.create_tempdir().full_path, 'a'),
                                           [-500.0, -200.0])
-        run_dir.upload_tree(logdir, f'{runs}/a')
+        file_io.upload_tree(logdir, f'{runs}/a')
         self.assertEqual(self.run_main(input=runs, output_dir=output, videos=False, **FAST), 0)
         first = self.stored('small-report')
         self.assertIn(report_html.INDEX_FILE, first)
         # A failure keeps the earlier report as it was, and no staging files.
-        run_dir.upload_tree(logdir, f'{runs}/b')
+        file_io.upload_tree(logdir, f'{runs}/b')
         with mock.patch.object(report_html, 'write_report', side_effect=OSError('disk full')):
             with self.assertRaisesRegex(Exception, 'disk full'):
                 self.run_main(input=runs, output_dir=output, videos=False, **FAST)
         self.assertEqual(self.stored('small-report'), first)
         # A rerun replaces it: run a is gone, and so are its page and plot.
-        run_dir.delete([f'{runs}/a/{name}' for name in run_dir.list_files(f'{runs}/a')])
+        file_io.delete([f'{runs}/a/{name}' for name in file_io.list_files(f'{runs}/a')])
         self.assertEqual(self.run_main(input=runs, output_dir=output, videos=False, **FAST), 0)
         second = self.stored('small-report')
         written = json.loads(second['report.json'])
@@ -186,9 +186,9 @@ class ReportOnStorageTest(absltest.TestCase):
         self.assertEqual(self.stored('nowhere'), {})
 
     def test_paths_that_cannot_take_the_report(self):
-        run_dir.write_text('gs://reports/foreign/notes.txt', 'keep me')
-        run_dir.write_text('gs://reports/a-file', 'keep me too')
-        denied = run_dir.StorageError('permission denied on gs://reports/denied: the credentials '
+        file_io.write_text('gs://reports/foreign/notes.txt', 'keep me')
+        file_io.write_text('gs://reports/a-file', 'keep me too')
+        denied = failures.StorageError('permission denied on gs://reports/denied: the credentials '
                                       'in use may not read and write bucket reports (Forbidden)')
         cases = [
             ({'output_dir': 'gs://reports/foreign'}, 'holds no earlier report'),
@@ -204,7 +204,7 @@ class ReportOnStorageTest(absltest.TestCase):
                 printed = ''.join(call.args[0] for call in stderr.write.call_args_list)
                 self.assertIn(message, printed)
         with mock.patch('sys.stderr') as stderr, \
-                mock.patch.object(run_dir, 'check_writable', side_effect=denied):
+                mock.patch.object(file_io, 'check_writable', side_effect=denied):
             self.assertEqual(self.run_main(input=SWEEP, output_dir='gs://reports/denied'), 2)
             self.assertEqual(''.join(call.args[0] for call in stderr.write.call_args_list),
                              f'report: error: {denied}\n')
@@ -241,7 +241,7 @@ class FindRemoteRunsTest(absltest.TestCase):
         with open(os.path.join(root, 'trials.jsonl'), 'w') as f:
             f.write(json.dumps({'id': 'gone', 'status': 'failed', 'error': 'killed'}) + '\n')
         url = 'gs://runs/tree'
-        run_dir.upload_tree(root, url)
+        file_io.upload_tree(root, url)
         local = run_reader.find_runs(root, exclude=[os.path.join(root, 'report')])
         remote = run_reader.find_runs(url + '/', exclude=[url + '/report'])
         self.assertEqual(remote.runs, [(f'{url}/x/a', None), (f'{url}/x/y/b', None)])

@@ -51,16 +51,12 @@ from gin import config_parser
 from tensorboard.compat.proto import event_pb2, types_pb2
 
 from agents.runs import metrics, run_dir
+from agents.storage import failures, file_io, locations
 
 CONFIG_FILES = (run_dir.OPERATIVE_CONFIG_FILE, run_dir.CONFIG_FILE)
-METRICS_FILE = run_dir.METRICS_FILE  # As agents/runs/loop.py writes it.
-POLICY_DIR = run_dir.POLICY_DIR  # As agents/runs/policy_export.py exports to it.
 EVENTS_PATTERN = run_dir.EVENTS_PREFIX + '*'
-TRIALS_FILE = 'trials.jsonl'
-RUNGS_FILE = 'rungs.jsonl'  # As pipelines/scheduler.py writes it.
 EVAL_TAG = 'eval/mean_return'
 TRAIN_RETURN_TAG = 'train/episode_return'
-SEED_BINDING = 'train.seed'
 # The range of the steps and returns the report takes (see agents/runs/metrics.py).
 MAX_STEP = metrics.MAX_STEP
 MAX_MAGNITUDE = metrics.MAX_MAGNITUDE
@@ -121,7 +117,7 @@ class Discovery:
 
 def is_run_file(name):
     """Whether a file of this name makes its directory a run logdir."""
-    return (name in CONFIG_FILES or name == METRICS_FILE or
+    return (name in CONFIG_FILES or name == run_dir.METRICS_FILE or
             fnmatch.fnmatch(name, EVENTS_PATTERN))
 
 
@@ -132,14 +128,14 @@ def is_run_dir(path, names=None):
 
 def _normalize(path):
     """A directory as this module names it: absolute, or a URL without a trailing '/'."""
-    return path.rstrip('/') if run_dir.is_remote(path) else os.path.abspath(path)
+    return path.rstrip('/') if locations.is_remote(path) else os.path.abspath(path)
 
 
 def run_id_of(logdir, root):
     """The run's name in the report: its path under the input directory."""
-    if run_dir.is_remote(root):
+    if locations.is_remote(root):
         root, logdir = _normalize(root), _normalize(logdir)
-        return run_dir.basename(root) if logdir == root else logdir[len(root) + 1:]
+        return locations.basename(root) if logdir == root else logdir[len(root) + 1:]
     relative = os.path.relpath(logdir, root)
     return os.path.basename(os.path.abspath(root)) if relative == '.' else relative.replace(
         os.sep, '/')
@@ -149,12 +145,12 @@ def _remote_tree(root):
     """{directory URL: (subdirectory names, file names)} of everything under URL `root`, from
     one listing (object stores have no directories: a directory is a prefix of some object)."""
     tree = {root: (set(), [])}
-    for relative in run_dir.list_files(root):
+    for relative in file_io.list_files(root):
         *folders, name = relative.split('/')
         parent = root
         for folder in folders:
             tree[parent][0].add(folder)
-            parent = run_dir.join(parent, folder)
+            parent = locations.join(parent, folder)
             tree.setdefault(parent, (set(), []))
         tree[parent][1].append(name)
     return tree
@@ -170,7 +166,7 @@ def _walk(root, tree):
     directories = sorted(directories)
     yield root, directories, sorted(names)
     for name in directories:
-        yield from _walk(run_dir.join(root, name), tree)
+        yield from _walk(locations.join(root, name), tree)
 
 
 def find_runs(root, exclude=()):
@@ -182,7 +178,7 @@ def find_runs(root, exclude=()):
       NotADirectoryError: `root` is not a directory (or, for a URL, holds no files).
     """
     root = _normalize(root)
-    if run_dir.is_remote(root):
+    if locations.is_remote(root):
         tree = _remote_tree(root)
         exists = tree != {root: (set(), [])}
     else:
@@ -190,13 +186,13 @@ def find_runs(root, exclude=()):
     if not exists:
         raise NotADirectoryError(f'input {root} is not a directory')
     exclude = {_normalize(path) for path in exclude}
-    join = run_dir.join if tree is not None else os.path.join
+    join = locations.join if tree is not None else os.path.join
     logdirs, trial_files, rung_files = [], [], []
     for parent, directories, names in _walk(root, tree):
-        if TRIALS_FILE in names:
-            trial_files.append(join(parent, TRIALS_FILE))
-        if RUNGS_FILE in names:
-            rung_files.append((parent, join(parent, RUNGS_FILE)))
+        if run_dir.TRIALS_FILE in names:
+            trial_files.append(join(parent, run_dir.TRIALS_FILE))
+        if run_dir.RUNGS_FILE in names:
+            rung_files.append((parent, join(parent, run_dir.RUNGS_FILE)))
         if any(is_run_file(name) for name in names):
             logdirs.append(parent)
             directories[:] = []
@@ -233,7 +229,7 @@ def _trial_error_suffix(record):
 def _json_lines(path):
     """([(line number, JSON value)] of a sweep's JSON-lines file, [problems of the file and of
     the lines that could not be read])."""
-    trouble = None if run_dir.is_remote(path) else file_trouble(path)
+    trouble = None if locations.is_remote(path) else file_trouble(path)
     if trouble:
         return [], [not_read(path, trouble)]
     try:
@@ -251,15 +247,15 @@ def _json_lines(path):
 
 def _read_trials(path, is_directory=os.path.isdir):
     """{logdir: last record} of a sweep's trials.jsonl, and the lines that could not be read."""
-    join = run_dir.join if run_dir.is_remote(path) else os.path.join
-    base = path.rsplit('/', 1)[0] if run_dir.is_remote(path) else os.path.dirname(path)
+    join = locations.join if locations.is_remote(path) else os.path.join
+    base = path.rsplit('/', 1)[0] if locations.is_remote(path) else os.path.dirname(path)
     trials = {}
     lines, problems = _json_lines(path)
     for number, record in lines:
         if not isinstance(record, dict) or not isinstance(record.get('id'), str):
             problems.append(f'{path} line {number}: not a trial record with an "id"')
             continue
-        candidates = [join(base, 'trials', record['id']), join(base, record['id'])]
+        candidates = [join(base, run_dir.TRIALS_DIR, record['id']), join(base, record['id'])]
         if isinstance(record.get('logdir'), str):
             candidates.insert(0, join(base, record['logdir']))
         logdir = next((c for c in candidates if is_directory(c)), candidates[0])
@@ -366,7 +362,7 @@ def parse_bindings(text):
         message, (line, _) = error.args
         raise ValueError(f'line {line}: {message}') from error
     except Exception as error:  # Gin raises many types; all mean unusable gin.
-        raise ValueError(run_dir.one_line(error)) from error
+        raise ValueError(failures.one_line(error)) from error
     starts = [statement.location.line_num for statement in statements] + [len(lines) + 1]
     bindings = {}
     for statement, end in zip(statements, starts[1:], strict=True):
@@ -390,7 +386,7 @@ def literal(text):
         return text
 
 
-def config_key(bindings, ignore=(SEED_BINDING,)):
+def config_key(bindings, ignore=(run_dir.SEED_BINDING,)):
     """A stable id of a configuration: its bindings but `ignore`d ones (the seed)."""
     kept = sorted((name, value) for name, value in bindings.items() if name not in ignore)
     return 'c' + hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:10]
@@ -492,16 +488,16 @@ def _damage(message):
 def latest_policy(logdir, files=None):
     """The latest exported policy's directory, or None.
 
-    For a URL `logdir` the policy is found in `files` (`run_dir.list_files(logdir)`, listed if
+    For a URL `logdir` the policy is found in `files` (`file_io.list_files(logdir)`, listed if
     not given) and returned as a URL.
     """
-    if run_dir.is_remote(logdir):
-        files = run_dir.list_files(logdir) if files is None else files
+    if locations.is_remote(logdir):
+        files = file_io.list_files(logdir) if files is None else files
         steps = sorted(int(parts[1]) for parts in (name.split('/') for name in files)
-                       if len(parts) == 3 and parts[0] == POLICY_DIR and parts[1].isdigit()
+                       if len(parts) == 3 and parts[0] == run_dir.POLICY_DIR and parts[1].isdigit()
                        and parts[2] == 'saved_model.pb')
-        return run_dir.join(logdir, POLICY_DIR, str(steps[-1])) if steps else None
-    directory = os.path.join(logdir, POLICY_DIR)
+        return locations.join(logdir, run_dir.POLICY_DIR, str(steps[-1])) if steps else None
+    directory = os.path.join(logdir, run_dir.POLICY_DIR)
     if not os.path.isdir(directory):
         return None
     steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit() and
@@ -509,24 +505,24 @@ def latest_policy(logdir, files=None):
     return os.path.join(directory, str(steps[-1])) if steps else None
 
 
-def read_run(logdir, root, trial=None, ignore_bindings=(SEED_BINDING,)):
+def read_run(logdir, root, trial=None, ignore_bindings=(run_dir.SEED_BINDING,)):
     """Reads the run in `logdir` (`trial`: its sweep record); never raises for bad files.
 
     A URL `logdir`'s files are read from a local copy of those this module reads.
     """
-    if run_dir.is_remote(logdir):
+    if locations.is_remote(logdir):
         run = Run(run_id_of(logdir, root), _normalize(logdir))
         try:
-            files = run_dir.list_files(run.logdir)
+            files = file_io.list_files(run.logdir)
             with tempfile.TemporaryDirectory(prefix='run-') as copy:
                 for name in files:
                     if '/' not in name and is_run_file(name):
-                        run_dir.download(run_dir.join(run.logdir, name),
+                        file_io.download(locations.join(run.logdir, name),
                                          os.path.join(copy, name))
                 _read_into(run, copy, trial, ignore_bindings)
             run.policy_dir = latest_policy(run.logdir, files)
         except Exception as error:  # Each storage library raises its own types.
-            run.error = run_dir.describe_error(run.logdir, error)
+            run.error = failures.describe_error(run.logdir, error)
         return run
     run = Run(run_id_of(logdir, root), os.path.abspath(logdir))
     try:
@@ -546,13 +542,14 @@ def _read_into(run, logdir, trial, ignore_bindings):
     _read_config(run, logdir, trial)
     if not run.bindings and trial is not None:
         run.bindings = _trial_bindings(trial)
-    seed = literal(run.bindings[SEED_BINDING]) if SEED_BINDING in run.bindings else None
+    seed_text = run.bindings.get(run_dir.SEED_BINDING)
+    seed = literal(seed_text) if run_dir.SEED_BINDING in run.bindings else None
     if trial is not None and isinstance(trial.get('seed'), int):
         seed = trial['seed']
     run.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     run.config_key = config_key(run.bindings, ignore_bindings)
 
-    metrics_state = _read_metrics_into(run, os.path.join(logdir, METRICS_FILE))
+    metrics_state = _read_metrics_into(run, os.path.join(logdir, run_dir.METRICS_FILE))
     event_names = sorted(name for name in os.listdir(logdir)
                          if fnmatch.fnmatch(name, EVENTS_PATTERN))
     events = []
@@ -573,8 +570,8 @@ def _read_into(run, logdir, trial, ignore_bindings):
     if not run.eval_returns and run.error is None:
         # A state with commas ('a directory, not a regular file') ends with one.
         comma = ',' if ',' in metrics_state else ''
-        run.error = (f'no evaluation results: {METRICS_FILE} is {metrics_state}{comma} and the '
-                     f'event files hold no {EVAL_TAG}')
+        run.error = (f'no evaluation results: {run_dir.METRICS_FILE} is {metrics_state}{comma} '
+                     f'and the event files hold no {EVAL_TAG}')
     _sort_curve(run)
 
 
@@ -590,7 +587,7 @@ def _read_config(run, logdir, trial):
             run.problems.append(not_read(name, trouble))
             continue
         try:
-            with run_dir.open_regular(path, text=True) as f:
+            with file_io.open_regular(path, text=True) as f:
                 text = f.read()
         except OSError as error:
             run.problems.append(not_read(name, unreadable(error)))
@@ -618,7 +615,7 @@ def _read_metrics_into(run, path):
             return 'unusable'
         except OSError as error:
             trouble = unreadable(error)
-    run.problems.append(not_read(METRICS_FILE, trouble))
+    run.problems.append(not_read(run_dir.METRICS_FILE, trouble))
     return trouble
 
 
@@ -649,7 +646,7 @@ def _read_sweep_fields(run, trial):
         if isinstance(value, kind) if isinstance(kind, type) else kind(value):
             setattr(run, attribute, value)
         else:
-            run.problems.append(f'{TRIALS_FILE} gives its "{key}" as '
+            run.problems.append(f'{run_dir.TRIALS_FILE} gives its "{key}" as '
                                 f'{json.dumps(value)[:40]}, not {what}; not used')
     final_metrics = trial.get('final_metrics')
     if isinstance(final_metrics, dict):

@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from agents.runs import run_dir
+from agents.storage import file_io
 from pipelines import report_fixtures, run_reader
 
 
@@ -81,9 +82,8 @@ class ParseBindingsTest(absltest.TestCase):
         self.assertEqual(key, run_reader.config_key(dict(reversed(list(base.items())))))
 
     def test_constants_match_the_trainer(self):
-        from agents.runs import loop, policy_export
-        self.assertEqual(run_reader.METRICS_FILE, loop.METRICS_FILE)
-        self.assertEqual(run_reader.POLICY_DIR, policy_export.POLICY_DIR)
+        self.assertEqual(run_dir.METRICS_FILE, run_dir.METRICS_FILE)
+        self.assertEqual(run_dir.POLICY_DIR, run_dir.POLICY_DIR)
 
 
 class ReadRunTest(absltest.TestCase):
@@ -274,7 +274,7 @@ class ReadRunTest(absltest.TestCase):
     def test_unreadable_metrics_is_a_problem(self):
         logdir = self.make('a')
         denied = PermissionError(errno.EACCES, 'Permission denied')
-        with mock.patch.object(run_dir, 'open_regular', side_effect=denied):
+        with mock.patch.object(file_io, 'open_regular', side_effect=denied):
             run = run_reader.read_run(logdir, self.root)
         self.assertIsNone(run.error)
         self.assertEqual(run.problems, ['operative_config.gin is unreadable (Permission '
@@ -515,8 +515,7 @@ class HalvingSweepTest(absltest.TestCase):
                           run.final_metrics), (None, None, None, 'pruned', {}))
 
     def test_rungs_file_name_matches_the_scheduler(self):
-        from pipelines import scheduler
-        self.assertEqual(run_reader.RUNGS_FILE, scheduler.RUNGS_FILE)
+        self.assertEqual(run_dir.RUNGS_FILE, run_dir.RUNGS_FILE)
 
 
 if __name__ == '__main__':

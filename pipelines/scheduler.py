@@ -31,10 +31,10 @@ import time
 from absl import logging
 
 from agents.runs import run_dir
+from agents.storage import file_io, locations
 from pipelines import halving
 from pipelines import trial as trial_lib
 
-RUNGS_FILE = 'rungs.jsonl'
 COMPLETED, PRUNED, FAILED = 'completed', 'pruned', 'failed'
 
 
@@ -197,11 +197,11 @@ def _decide(spec, output_dir, bracket, rung, budget, survivors, trials_of):
 
 def read_decisions(output_dir):
     """{(bracket, rung): decision} from `rungs.jsonl` (none if there is no such file)."""
-    path = run_dir.join(output_dir, RUNGS_FILE)
-    if not run_dir.exists(path):
+    path = locations.join(output_dir, run_dir.RUNGS_FILE)
+    if not file_io.exists(path):
         return {}
     decisions = {}
-    for line in run_dir.read_text(path).splitlines():
+    for line in file_io.read_text(path).splitlines():
         if line.strip():
             decision = json.loads(line)
             decisions[decision['bracket'], decision['rung']] = decision
@@ -210,7 +210,7 @@ def read_decisions(output_dir):
 
 def write_decisions(output_dir, decisions):
     """Rewrites `rungs.jsonl` (atomically) with every decision, in bracket and rung order."""
-    run_dir.write_text(run_dir.join(output_dir, RUNGS_FILE), ''.join(
+    file_io.write_text(locations.join(output_dir, run_dir.RUNGS_FILE), ''.join(
         json.dumps(decisions[key], allow_nan=False) + '\n' for key in sorted(decisions)))
 
 

@@ -13,6 +13,7 @@ import time
 import optuna
 from absl.testing import absltest
 
+from agents.runs import run_dir
 from pipelines import halving, scheduler, search, sweep_spec
 from pipelines import trial as trial_lib
 
@@ -253,7 +254,7 @@ class SearchTest(absltest.TestCase):
             self.assertIsInstance(configuration['PPO.num_epochs'], int)
             self.assertAlmostEqual(told[number], score_of(configuration, 900, 0.5), places=6)
         self.assertLen(course.trials, 12)
-        self.assertTrue(os.path.isfile(os.path.join(output_dir, search.STUDY_FILE)))
+        self.assertTrue(os.path.isfile(os.path.join(output_dir, run_dir.STUDY_FILE)))
 
     def test_the_same_seed_proposes_the_same_configurations_and_a_rerun_none(self):
         first_dir = self.create_tempdir().full_path
@@ -290,7 +291,7 @@ class SearchTest(absltest.TestCase):
                          [{100}, {300}, {None}] * 2)
         self.assertEqual(sorted(course.decisions), [(0, 0), (0, 1), (1, 0), (1, 1)])
         stored = optuna.load_study(study_name=search.STUDY_NAME,
-                                   storage=f'sqlite:///{output_dir}/{search.STUDY_FILE}')
+                                   storage=f'sqlite:///{output_dir}/{run_dir.STUDY_FILE}')
         trials = {trial.number: trial for trial in stored.get_trials()}
         for number, configuration in proposed:
             config_id = spec_config_id(text, configuration)

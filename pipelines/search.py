@@ -25,9 +25,9 @@ import tempfile
 import optuna
 
 from agents.runs import run_dir
+from agents.storage import file_io, locations
 from pipelines import sweep_spec
 
-STUDY_FILE = 'search.db'
 STUDY_NAME = 'sweep'
 BATCH_ATTR = 'batch'
 
@@ -40,14 +40,14 @@ class Study:
             raise ValueError('the spec has no search')
         self._spec = spec
         self._search = spec.search
-        self._url = run_dir.join(output_dir, STUDY_FILE)
+        self._url = locations.join(output_dir, run_dir.STUDY_FILE)
         self._stack = contextlib.ExitStack()
-        if run_dir.is_remote(output_dir):
+        if locations.is_remote(output_dir):
             directory = tempfile.mkdtemp(prefix='sweep-search-')
             self._stack.callback(shutil.rmtree, directory, ignore_errors=True)
-            self._path = os.path.join(directory, STUDY_FILE)
-            if run_dir.exists(self._url):
-                run_dir.download(self._url, self._path)
+            self._path = os.path.join(directory, run_dir.STUDY_FILE)
+            if file_io.exists(self._url):
+                file_io.download(self._url, self._path)
         else:
             self._path = self._url
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -118,7 +118,7 @@ class Study:
     def store(self):
         """Uploads the study, in a bucket (a local study is stored as it changes)."""
         if self._path != self._url:
-            run_dir.upload(self._path, self._url)
+            file_io.upload(self._path, self._url)
 
     def proposed(self):
         """[(trial number, configuration)] of every configuration asked so far, in order."""

@@ -5,7 +5,8 @@ import os
 import optuna
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, run_dir
+from agents.runs import run_dir
+from agents.storage import file_io, gcs_testing, locations
 from pipelines import search, sweep_spec
 
 SPEC = """\
@@ -72,7 +73,7 @@ class StudyTest(absltest.TestCase):
         self.assertEqual(told, {completed: -150.0, pruned: -700.0, failed: None,
                                 failed_later: None})
         stored = optuna.load_study(study_name=search.STUDY_NAME,
-                                   storage=f'sqlite:///{output_dir}/{search.STUDY_FILE}')
+                                   storage=f'sqlite:///{output_dir}/{run_dir.STUDY_FILE}')
         trials = {trial.number: trial for trial in stored.get_trials()}
         state = optuna.trial.TrialState
         self.assertEqual(trials[completed].state, state.COMPLETE)
@@ -107,14 +108,14 @@ class StudyTest(absltest.TestCase):
                 first = study.batch(0)
                 study.tell(first[0][0], {900: -10.0})
                 study.store()
-            url = run_dir.join(output_dir, search.STUDY_FILE)
-            self.assertTrue(run_dir.exists(url))
-            self.assertEqual(run_dir.read_bytes(url)[:16], b'SQLite format 3\x00')
+            url = locations.join(output_dir, run_dir.STUDY_FILE)
+            self.assertTrue(file_io.exists(url))
+            self.assertEqual(file_io.read_bytes(url)[:16], b'SQLite format 3\x00')
             # Another launcher (no local copy) continues the same study.
             with search.Study(parse(), output_dir) as study:
                 self.assertEqual(study.batch(0), first)
                 self.assertEqual(study.told(), {first[0][0]: -10.0})
-            self.assertFalse(os.path.exists(search.STUDY_FILE))
+            self.assertFalse(os.path.exists(run_dir.STUDY_FILE))
 
 
 if __name__ == '__main__':

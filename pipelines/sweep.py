@@ -40,6 +40,7 @@ from apache_beam.options.pipeline_options import (
 
 from agents.runs import run_config, run_dir
 from agents.scripts import log_noise
+from agents.storage import failures, file_io, locations
 from pipelines import halving, scheduler, search, sweep_spec
 from pipelines import trial as trial_lib
 
@@ -57,9 +58,6 @@ flags.DEFINE_integer('pipeline_attempts', 3, 'Runs of the pipeline while it fail
 
 FLAGS = flags.FLAGS
 
-SPEC_COPY = 'sweep_spec.yaml'
-TRIALS_FILE = 'trials.jsonl'
-SUMMARY_FILE = 'summary.csv'
 
 
 class SweepError(Exception):
@@ -77,9 +75,9 @@ def prepare_output_dir(output_dir, spec, spec_text):
     anything that changes what the trials are is refused, as is a non-empty directory that
     holds no sweep.
     """
-    copy = run_dir.join(output_dir, SPEC_COPY)
-    if run_dir.exists(copy):
-        stored_text = run_dir.read_text(copy)
+    copy = locations.join(output_dir, run_dir.SPEC_COPY)
+    if file_io.exists(copy):
+        stored_text = file_io.read_text(copy)
         try:
             stored = sweep_spec.parse(stored_text, copy)
         except sweep_spec.SpecError as error:
@@ -92,12 +90,12 @@ def prepare_output_dir(output_dir, spec, spec_text):
             raise SweepError(f'output_dir {output_dir} holds a sweep of a different spec; use '
                              f'another --output_dir or the same spec. Difference:\n{diff}')
         if stored_text != spec_text:
-            run_dir.write_text(copy, spec_text)
-    elif not run_dir.is_empty_directory(output_dir):
-        raise SweepError(f'output_dir {output_dir} is not empty and holds no {SPEC_COPY}: not a '
-                         'sweep; choose another --output_dir')
+            file_io.write_text(copy, spec_text)
+    elif not file_io.is_empty_directory(output_dir):
+        raise SweepError(f'output_dir {output_dir} is not empty and holds no '
+                         f'{run_dir.SPEC_COPY}: not a sweep; choose another --output_dir')
     else:
-        run_dir.write_text(copy, spec_text)
+        file_io.write_text(copy, spec_text)
 
 
 def _trials_content(spec):
@@ -209,9 +207,9 @@ def _format_seconds(seconds):
 def write_outputs(records, output_dir, metric='mean_return', mode='max'):
     """Writes trials.jsonl (in spec order) and summary.csv (ranked), each atomically."""
     records = sorted(records, key=lambda record: record['index'])
-    run_dir.write_text(run_dir.join(output_dir, TRIALS_FILE), ''.join(
+    file_io.write_text(locations.join(output_dir, run_dir.TRIALS_FILE), ''.join(
         json.dumps(record, allow_nan=False) + '\n' for record in records))
-    run_dir.write_text(run_dir.join(output_dir, SUMMARY_FILE),
+    file_io.write_text(locations.join(output_dir, run_dir.SUMMARY_FILE),
                        summary_csv(summarize(records, metric, mode), metric))
     return len(records)
 
@@ -314,9 +312,9 @@ def pipeline_options(beam_args):
     setup = options.view_as(SetupOptions)
     for name in ('setup_file', 'requirements_file'):
         if getattr(setup, name):
-            setattr(setup, name, run_config.resolve_path(getattr(setup, name)))
+            setattr(setup, name, locations.resolve(getattr(setup, name)))
     if setup.extra_packages:
-        setup.extra_packages = [run_config.resolve_path(path) for path in setup.extra_packages]
+        setup.extra_packages = [locations.resolve(path) for path in setup.extra_packages]
     if options.view_as(StandardOptions).runner in (None, 'DirectRunner'):
         direct = options.view_as(DirectOptions)
         if 'direct_running_mode' not in given:
@@ -344,7 +342,7 @@ def default_runner(options):
 
 def check_runner(options, output_dir):
     """Refuses a local output_dir on a runner whose workers may be other machines."""
-    if local_workers(options) is None and not run_dir.is_remote(output_dir):
+    if local_workers(options) is None and not locations.is_remote(output_dir):
         runner = options.view_as(StandardOptions).runner
         if runner in ('DataflowRunner', 'dataflow'):
             raise SweepError(f'--runner={runner} needs an --output_dir its workers can reach, '
@@ -372,16 +370,16 @@ def main(argv):
             sweep_spec.check_gin(spec)
         with open(spec_path, encoding='utf-8') as f:
             spec_text = f.read()
-        output_dir = run_dir.resolve(FLAGS.output_dir)
+        output_dir = locations.resolve(FLAGS.output_dir)
         options = pipeline_options(argv[1:])
         check_runner(options, output_dir)
         try:
-            run_dir.check_writable(output_dir)
+            file_io.check_writable(output_dir)
             prepare_output_dir(output_dir, spec, spec_text)
         except OSError as error:
             raise SweepError(f'cannot write to output_dir {output_dir}: '
                              f'{error.strerror or error}') from None
-        except run_dir.StorageError as error:
+        except failures.StorageError as error:
             raise SweepError(f'output_dir: {error}') from None
     except (sweep_spec.SpecError, SweepError) as error:
         sys.exit(f'sweep: error: {error}')
@@ -391,7 +389,7 @@ def main(argv):
         max(1, (os.cpu_count() or 1) // workers) if workers else None)
     settings = trial_lib.Settings(
         output_dir=output_dir, gin_files=spec.gin_files, env_steps=spec.env_steps,
-        timeout_s=spec.timeout_s, caller_directory=run_config.caller_directory(),
+        timeout_s=spec.timeout_s, caller_directory=locations.caller_directory(),
         threads=threads)
     runner = options.view_as(StandardOptions).runner or 'DirectRunner'
     logging.info('%s into %s on %s%s.', describe(spec, output_dir), output_dir, runner,
@@ -515,20 +513,20 @@ def split_work(settings, work, started_at=None):
 
 def _first_line(error):
     """'<the error's type>: <the first line of its message>', at most 300 characters."""
-    message = run_config.first_line(error) if str(error).strip() else ''
+    message = failures.first_line(error) if str(error).strip() else ''
     return f'{type(error).__name__}: {message}'[:300]
 
 
 def report(output_dir, wall_time, metric='mean_return', mode='max'):
     """Logs the sweep's outcome; the exit status is 1 if a trial failed."""
-    records = [json.loads(line) for line in run_dir.read_text(
-        run_dir.join(output_dir, TRIALS_FILE)).splitlines() if line]
+    records = [json.loads(line) for line in file_io.read_text(
+        locations.join(output_dir, run_dir.TRIALS_FILE)).splitlines() if line]
     failed = [record for record in records if record['status'] != trial_lib.OK]
     rows = summarize(records, metric, mode)
     logging.info('Sweep done in %s: %d trials, %d ok, %d failed. Results: %s, %s.',
                  _format_seconds(wall_time), len(records), len(records) - len(failed),
-                 len(failed), run_dir.join(output_dir, TRIALS_FILE),
-                 run_dir.join(output_dir, SUMMARY_FILE))
+                 len(failed), locations.join(output_dir, run_dir.TRIALS_FILE),
+                 locations.join(output_dir, run_dir.SUMMARY_FILE))
     for row in rows[:3]:
         if row['mean_final_return'] is not None:
             budget = f' at {row["budget"]} env steps' if row['rung'] is not None else ''

@@ -63,18 +63,17 @@ import re
 
 import yaml
 
-from agents.runs import metrics, run_config
+from agents.runs import metrics, run_config, run_dir
+from agents.storage import locations
 from pipelines import halving
 
 BUDGET_BINDING = run_config.BUDGET_BINDING
-SEED_BINDING = 'train.seed'
 DISTRIBUTIONS = ('uniform', 'log_uniform', 'choice', 'int_uniform', 'int_log_uniform')
 FIELDS = ('gin_files', 'bindings', 'budget', 'seeds', 'grid', 'random', 'scheduler', 'search',
           'populations')
 POPULATIONS_FIELDS = ('pack', 'max_members')
 DEFAULT_MAX_POPULATION = 8
 # Set by the sweep for the trials it packs (pipelines/packing.py), not by a spec.
-POPULATION_BINDINGS = ('train.population', 'train.population_members')
 SCHEDULERS = ('successive_halving', 'hyperband')
 SCHEDULER_FIELDS = ('type', 'min_steps', 'reduction_factor', 'metric', 'mode', 'brackets')
 SAMPLERS = ('tpe', 'random')
@@ -246,7 +245,7 @@ def gin_literal(value):
 def find(path):
     """The spec file: relative paths from the caller's directory, else among the bundled ones
     (so `--spec=configs/sweeps/pendulum.yaml` works from anywhere)."""
-    candidates = [run_config.resolve_path(path)]
+    candidates = [locations.resolve(path)]
     if not os.path.isabs(path):
         candidates.append(os.path.join(run_config.PACKAGE_ROOT, path))
     return next((c for c in candidates if os.path.isfile(c)), candidates[0])
@@ -363,9 +362,9 @@ def parse(text, path='<spec>'):
         where = ('bindings', name) if name in bindings else where_varied[name]
         if name == BUDGET_BINDING:
             raise error(where, f'{BUDGET_BINDING} is set by budget.env_steps')
-        if name == SEED_BINDING:
-            raise error(where, f'{SEED_BINDING} is set by seeds')
-        if name in POPULATION_BINDINGS:
+        if name == run_dir.SEED_BINDING:
+            raise error(where, f'{run_dir.SEED_BINDING} is set by seeds')
+        if name in run_dir.POPULATION_BINDINGS:
             raise error(where, f'{name} is set by the sweep when it packs trials into '
                         'populations (see populations.pack); a trial is one run')
 

@@ -16,8 +16,9 @@ import psutil
 from absl.testing import absltest
 from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, WorkerOptions
 
-from agents.runs import gcs_testing, run_config
+from agents.runs import run_config
 from agents.scripts import testing_utils
+from agents.storage import gcs_testing
 from pipelines import sweep, sweep_spec, trial
 from pipelines.portable_testing import PortableCluster
 from pipelines.process_testing import lock_is_free, process_gone, wait_for

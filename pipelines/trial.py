@@ -39,13 +39,9 @@ import threading
 import time
 
 from agents.runs import metrics, run_config, run_dir
+from agents.storage import file_io, locations
 
 TRAINER_MODULE = 'agents.scripts.train'
-TRIALS_DIR = 'trials'
-POPULATIONS_DIR = 'populations'
-RESULT_FILE = run_dir.RESULT_FILE
-LOG_FILE = run_dir.LOG_FILE
-METRICS_FILE = run_dir.METRICS_FILE
 LOG_UPLOAD_S = 10.0  # How often a trial in a bucket uploads its train.log.
 ERROR_TAIL_LINES = 15
 ERROR_TAIL_CHARS = 3000
@@ -78,24 +74,24 @@ def trials_of(unit):
 
 
 def trial_dir(output_dir, trial_id):
-    return run_dir.join(output_dir, TRIALS_DIR, trial_id)
+    return locations.join(output_dir, run_dir.TRIALS_DIR, trial_id)
 
 
 def population_dir(output_dir, population_id):
-    return run_dir.join(output_dir, POPULATIONS_DIR, population_id)
+    return locations.join(output_dir, run_dir.POPULATIONS_DIR, population_id)
 
 
 def member_logdir(population, index):
     """A member's run directory, relative to the sweep's output_dir."""
-    return (f'{POPULATIONS_DIR}/{population.id}/'
+    return (f'{run_dir.POPULATIONS_DIR}/{population.id}/'
             f'{run_dir.MEMBER_DIR.format(index)}')
 
 
 def read_result(output_dir, trial_id):
     """The stored result record of a trial, or None if it has none (or a corrupt one)."""
-    path = run_dir.join(trial_dir(output_dir, trial_id), RESULT_FILE)
+    path = locations.join(trial_dir(output_dir, trial_id), run_dir.RESULT_FILE)
     try:
-        return json.loads(run_dir.read_text(path))
+        return json.loads(file_io.read_text(path))
     except (OSError, ValueError):
         return None
 
@@ -136,7 +132,7 @@ def run_population(population, settings, stop_at_step=None):
     def results(returncode, output, timed_out, wall_time):
         records = []
         for index, trial in enumerate(population.trials):
-            record = _result(trial, run_dir.join(logdir, run_dir.MEMBER_DIR.format(index)),
+            record = _result(trial, locations.join(logdir, run_dir.MEMBER_DIR.format(index)),
                              budget, returncode, output, timed_out, wall_time, timeout_s)
             if record['error']:
                 record['error'] = (f'population {population.id} ({members} trials): '
@@ -152,9 +148,9 @@ def run_population(population, settings, stop_at_step=None):
 def _attempt(trials, logdir, config_file, command, timeout_s, settings, budget, results):
     """Runs the trainer `command` in `logdir` once; stores and returns the `trials`' records,
     made by `results(returncode, output, timed_out, wall_time)`."""
-    result_paths = [run_dir.join(trial_dir(settings.output_dir, trial.id), RESULT_FILE)
+    result_paths = [locations.join(trial_dir(settings.output_dir, trial.id), run_dir.RESULT_FILE)
                     for trial in trials]
-    if run_dir.is_remote(logdir):
+    if locations.is_remote(logdir):
         return _attempt_in_bucket(logdir, command, timeout_s, settings, results, result_paths)
     for path in result_paths:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -170,7 +166,7 @@ def _attempt(trials, logdir, config_file, command, timeout_s, settings, budget, 
         returncode, output, timed_out = _train(command, settings, timeout_s, lock)
         wall_time = time.time() - began
         records = results(returncode, output, timed_out, wall_time)
-        with open(os.path.join(logdir, LOG_FILE), 'a', encoding='utf-8') as log:
+        with open(os.path.join(logdir, run_dir.LOG_FILE), 'a', encoding='utf-8') as log:
             log.write(_log_entry(records, wall_time, output))
         for path, record in zip(result_paths, records, strict=True):
             run_config.write_atomic(path, json.dumps(record) + '\n')
@@ -181,12 +177,12 @@ def _attempt(trials, logdir, config_file, command, timeout_s, settings, budget, 
 
 def _attempt_in_bucket(logdir, command, timeout_s, settings, results, result_paths):
     """`_attempt` for a logdir in a bucket, which the trainer uses as it is."""
-    log_path = run_dir.join(logdir, LOG_FILE)
+    log_path = locations.join(logdir, run_dir.LOG_FILE)
     try:
-        earlier_log = run_dir.read_text(log_path)
+        earlier_log = file_io.read_text(log_path)
     except FileNotFoundError:
         earlier_log = ''
-    run_dir.delete(result_paths)  # An earlier attempt's commit markers.
+    file_io.delete(result_paths)  # An earlier attempt's commit markers.
     began = time.time()
     with _LogUploader(log_path, earlier_log) as log:
         returncode, output, timed_out = _train(command, settings, timeout_s, None, log.follow)
@@ -194,7 +190,7 @@ def _attempt_in_bucket(logdir, command, timeout_s, settings, results, result_pat
         records = results(returncode, output, timed_out, wall_time)
         log.finish(_log_entry(records, wall_time, output))
     for path, record in zip(result_paths, records, strict=True):
-        run_dir.write_text(path, json.dumps(record) + '\n')
+        file_io.write_text(path, json.dumps(record) + '\n')
     return records
 
 
@@ -230,14 +226,14 @@ class _LogUploader:
             text = _read_all(self._output_path)
             if text != self._uploaded:
                 with contextlib.suppress(Exception):  # The next upload or `finish` retries.
-                    run_dir.write_text(self._path, self._earlier + _attempt_header() + text)
+                    file_io.write_text(self._path, self._earlier + _attempt_header() + text)
                     self._uploaded = text
 
     def finish(self, entry):
         """Stops the uploads and writes the attempt's whole log entry."""
         self._stop.set()
         self._thread.join()
-        run_dir.write_text(self._path, self._earlier + entry)
+        file_io.write_text(self._path, self._earlier + entry)
 
 
 def _attempt_header():
@@ -323,7 +319,8 @@ def _result(trial, logdir, budget, returncode, output, timed_out, wall_time, tim
                        error=f'trainer exited with status {returncode}\n{_tail(output)}')
     evaluations = read_metrics(logdir)
     if not evaluations:
-        return _record(trial, FAILED, wall_time, budget, error=f'no evaluation in {METRICS_FILE}')
+        return _record(trial, FAILED, wall_time, budget,
+                       error=f'no evaluation in {run_dir.METRICS_FILE}')
     returns = [evaluation.get('mean_return') for evaluation in evaluations]
     final, steps = returns[-1], evaluations[-1].get('step')
     finite = [value for value in returns if _is_finite(value)]
@@ -343,7 +340,7 @@ def _result(trial, logdir, budget, returncode, output, timed_out, wall_time, tim
 
 def read_metrics(logdir):
     """The evaluations in a logdir's metrics.jsonl (a line cut by a kill is skipped)."""
-    return metrics.evaluations(run_dir.join(logdir, METRICS_FILE))
+    return metrics.evaluations(locations.join(logdir, run_dir.METRICS_FILE))
 
 
 def _record(trial, status, wall_time, budget, final_return=None, best_return=None,
@@ -354,7 +351,7 @@ def _record(trial, status, wall_time, budget, final_return=None, best_return=Non
         'final_return': final_return, 'best_return': best_return, 'env_steps': env_steps,
         'budget': budget, 'final_metrics': final_metrics or {},
         'wall_time_s': round(wall_time, 3), 'error': error,
-        'logdir': f'{TRIALS_DIR}/{trial.id}', 'finished_at': time.time(),
+        'logdir': f'{run_dir.TRIALS_DIR}/{trial.id}', 'finished_at': time.time(),
         'worker': f'{socket.gethostname()}/{os.getpid()}',  # Which machine and process ran it.
     }
 
@@ -392,7 +389,7 @@ def _remove_previous_attempt(logdir, config_file, result_paths):
     that holds files but not its configuration (`config_file`)."""
     if os.path.exists(os.path.join(logdir, config_file)):
         return
-    for path in [*result_paths, os.path.join(logdir, LOG_FILE)]:
+    for path in [*result_paths, os.path.join(logdir, run_dir.LOG_FILE)]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
 

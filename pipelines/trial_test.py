@@ -17,7 +17,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, run_dir
+from agents.storage import file_io, gcs_testing
 from pipelines import sweep_spec, trial
 from pipelines.process_testing import lock_is_free, process_gone, wait_for
 
@@ -33,15 +33,15 @@ members = next((ast.literal_eval(b.split('=', 1)[1].strip()) for b in bindings
                 if b.startswith('train.population_members')), None)
 if members is not None:  # A population: a run directory per member.
     from agents.runs import run_dir
-    run_dir.write_text(logdir + '/population.gin', '\\n'.join(bindings))
-    run_dir.write_text(logdir + '/seen.json', json.dumps({'argv': args}))
+    file_io.write_text(logdir + '/population.gin', '\\n'.join(bindings))
+    file_io.write_text(logdir + '/seen.json', json.dumps({'argv': args}))
     print('training a population', flush=True)
     if mode == 'raise':
         sys.exit('train: error: non-finite loss of member-1; the run stopped')
     if mode == 'hang':
         time.sleep(600)
     for index, member in enumerate(members):
-        run_dir.write_text(f'{logdir}/member-{index}/metrics.jsonl', ''.join(
+        file_io.write_text(f'{logdir}/member-{index}/metrics.jsonl', ''.join(
             json.dumps({'step': step, 'mean_return': -step - member['train.seed']}) + '\\n'
             for step in (1024, 2048)))
     sys.exit(0)
@@ -49,9 +49,9 @@ if logdir.startswith('gs://'):  # A trial in a bucket: the files go there.
     from agents.runs import run_dir
     print('training', flush=True)
     time.sleep(3 if mode == 'slow' else 0)
-    run_dir.write_text(logdir + '/config.gin', '\\n'.join(bindings))
-    run_dir.write_text(logdir + '/seen.json', json.dumps({'argv': args, 'ended': time.time()}))
-    run_dir.write_text(logdir + '/metrics.jsonl', ''.join(
+    file_io.write_text(logdir + '/config.gin', '\\n'.join(bindings))
+    file_io.write_text(logdir + '/seen.json', json.dumps({'argv': args, 'ended': time.time()}))
+    file_io.write_text(logdir + '/metrics.jsonl', ''.join(
         json.dumps({'step': step, 'mean_return': value}) + '\\n'
         for step, value in ((1024, -900.0), (2048, -950.0))))
     sys.exit(0)
@@ -270,16 +270,16 @@ class TrialTest(absltest.TestCase):
             settings = dataclasses.replace(self.settings, output_dir='gs://sweeps/sweep')
             logdir = 'gs://sweeps/sweep/trials/abcd1234-seed3'
             # An earlier attempt that failed: its log stays, its result goes.
-            run_dir.write_text(f'{logdir}/train.log', 'earlier attempt\n')
-            run_dir.write_text(f'{logdir}/result.json', '{"status": "failed"}\n')
+            file_io.write_text(f'{logdir}/train.log', 'earlier attempt\n')
+            file_io.write_text(f'{logdir}/result.json', '{"status": "failed"}\n')
             writes = []
-            write_text = run_dir.write_text
+            write_text = file_io.write_text
 
             def recording(path, text):
                 writes.append((path.rsplit('/', 1)[1], time.time(), text))
                 return write_text(path, text)
 
-            with mock.patch.object(run_dir, 'write_text', recording):
+            with mock.patch.object(file_io, 'write_text', recording):
                 record = trial.run(make_trial('slow'), settings)
             self.assertEqual(record['status'], 'ok', record['error'])
             self.assertEqual((record['final_return'], record['env_steps']), (-950.0, 2048))
@@ -354,7 +354,7 @@ class TrialTest(absltest.TestCase):
 
     def test_read_result_of_a_missing_or_corrupt_file(self):
         self.assertIsNone(trial.read_result(self.output_dir, 'nope-seed0'))
-        run_dir.write_text(os.path.join(self.logdir(), 'result.json'), '{"status": "o')
+        file_io.write_text(os.path.join(self.logdir(), 'result.json'), '{"status": "o')
         self.assertIsNone(trial.read_result(self.output_dir, 'abcd1234-seed3'))
 
     def test_read_metrics_skips_a_cut_line_and_other_values(self):

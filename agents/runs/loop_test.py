@@ -17,7 +17,7 @@ from absl.testing import absltest, parameterized
 
 from agents.algorithms import algorithm, networks, registry  # noqa: F401 (registry: registers PPO)
 from agents.algorithms.ppo import ppo
-from agents.runs import environments, loop, metrics, policy_export, run_config
+from agents.runs import environments, loop, metrics, policy_export, run_config, run_dir
 
 # Small and fast: Pendulum with its usual short-horizon PPO settings.
 PENDULUM = """
@@ -40,7 +40,7 @@ HALF_STEPS = 640  # A run of SHORT stopped half-way, at its second evaluation.
 
 
 def read_metrics(logdir):
-    return metrics.evaluations(os.path.join(logdir, loop.METRICS_FILE))
+    return metrics.evaluations(os.path.join(logdir, run_dir.METRICS_FILE))
 
 
 def _shared_dir(name):
@@ -201,7 +201,7 @@ class TrainerTest(parameterized.TestCase):
         self.assertTrue(os.path.isdir(os.path.join(logdir, 'policy', str(metrics[-1]['step']))))
 
     def test_resume_restores_state_exactly_and_goes_on(self):
-        saved = tf.train.load_checkpoint(os.path.join(half_run(), loop.CHECKPOINT_DIR))
+        saved = tf.train.load_checkpoint(os.path.join(half_run(), run_dir.CHECKPOINT_DIR))
         logdir, restored, steps, written = resumed_run()
         self.assertIsNotNone(restored)
         self.assertEqual(steps, HALF_STEPS)
@@ -234,7 +234,7 @@ class TrainerTest(parameterized.TestCase):
                                          seed=9)
             tf.train.Checkpoint(agent=tf.train.Checkpoint(
                 policy=agent.policy, observ_normalizer=agent.observ_normalizer)).read(
-                    os.path.join(logdir, loop.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
+                    os.path.join(logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{step}')).expect_partial()
             live, _, _ = agent.act(tf.constant(observ), (), tf.ones([20], tf.bool), greedy=True)
             saved = policy_export.SavedPolicy(os.path.join(logdir, 'policy', str(step)))
             self.assertEqual(saved.step, step)
@@ -261,7 +261,7 @@ class TrainerTest(parameterized.TestCase):
         # Each holds the state of its step, not of the iterations trained while it was written.
         for step in SHORT_EVALUATIONS[-2:]:
             reader = tf.train.load_checkpoint(
-                os.path.join(logdir, loop.CHECKPOINT_DIR, f'ckpt-{step}'))
+                os.path.join(logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{step}'))
             self.assertEqual(reader.get_tensor('env_steps/.ATTRIBUTES/VARIABLE_VALUE'), step)
             self.assertEqual(
                 reader.get_tensor('agent/update_count/.ATTRIBUTES/VARIABLE_VALUE'), step // 128)
@@ -402,7 +402,7 @@ class TrainerTest(parameterized.TestCase):
                     loop.training_run(logdir, iterations_per_call=per_call, **native) as run:
                 calls = count_calls(run)
                 run.run()
-            checkpoint = tf.train.load_checkpoint(os.path.join(logdir, loop.CHECKPOINT_DIR))
+            checkpoint = tf.train.load_checkpoint(os.path.join(logdir, run_dir.CHECKPOINT_DIR))
             runs[per_call] = dict(
                 calls=[count for count, _ in calls], summaries=_summaries(logdir, steps=True),
                 metrics=[{key: record[key] for key in ('step', 'mean_return', 'mean_length')}
@@ -434,7 +434,7 @@ class TrainerTest(parameterized.TestCase):
         self.assertEqual(stop['step'], NATIVE_STOPPED_AT)
         self.assertEqual([m['step'] for m in read_metrics(stopped)], [1024, NATIVE_STOPPED_AT])
         self.assertTrue(os.path.isfile(os.path.join(
-            stopped, loop.CHECKPOINT_DIR, f'ckpt-{NATIVE_STOPPED_AT}.index')))
+            stopped, run_dir.CHECKPOINT_DIR, f'ckpt-{NATIVE_STOPPED_AT}.index')))
         self.assertTrue(os.path.isdir(os.path.join(stopped, 'policy', str(NATIVE_STOPPED_AT))))
         self.assertTrue(restored)  # The continuation went on with the episodes in flight.
         # Every evaluation of the uninterrupted run, also after the stop's extra one, is the
@@ -450,7 +450,7 @@ class TrainerTest(parameterized.TestCase):
         # The final checkpoints are equal tensor by tensor (bit for bit): weights, optimizer,
         # normalizers, update count (learning-rate annealing), random generator, environments.
         readers = [tf.train.load_checkpoint(os.path.join(
-            logdir, loop.CHECKPOINT_DIR, f'ckpt-{NATIVE_STEPS}'))
+            logdir, run_dir.CHECKPOINT_DIR, f'ckpt-{NATIVE_STEPS}'))
             for logdir in (uninterrupted, continued)]
         names = sorted(readers[0].get_variable_to_shape_map())
         self.assertEqual(names, sorted(readers[1].get_variable_to_shape_map()))
@@ -472,7 +472,7 @@ class TrainerTest(parameterized.TestCase):
         _, stopped, _, _, _ = native_runs()
         logdir = copy_run(stopped, self)
         before = (read_metrics(logdir), sorted(os.listdir(os.path.join(
-            logdir, loop.CHECKPOINT_DIR))))
+            logdir, run_dir.CHECKPOINT_DIR))))
         for stop_at_step in (NATIVE_STOPPED_AT, NATIVE_STOP, 1):
             with self.assertLogs(level='INFO') as logs:
                 loop.train(logdir, stop_at_step=stop_at_step, total_steps=NATIVE_STEPS,
@@ -480,7 +480,7 @@ class TrainerTest(parameterized.TestCase):
             self.assertIn(f'Nothing to do: the run is at step {NATIVE_STOPPED_AT}, at or past '
                           f'--stop_at_step={stop_at_step}', '\n'.join(logs.output))
             self.assertEqual((read_metrics(logdir), sorted(os.listdir(os.path.join(
-                logdir, loop.CHECKPOINT_DIR)))), before)
+                logdir, run_dir.CHECKPOINT_DIR)))), before)
         for stop_at_step in (0, -5, 1.5, True):
             with self.assertRaisesRegex(ValueError, 'stop_at_step must be a positive integer'):
                 loop.train(logdir, stop_at_step=stop_at_step, total_steps=NATIVE_STEPS,
@@ -489,7 +489,7 @@ class TrainerTest(parameterized.TestCase):
     def test_a_stop_killed_before_its_evaluation_is_completed_by_the_same_stop(self):
         _, stopped, _, _, _ = native_runs()
         logdir = copy_run(stopped, self)
-        path = os.path.join(logdir, loop.METRICS_FILE)
+        path = os.path.join(logdir, run_dir.METRICS_FILE)
         with open(path) as f:
             lines = f.readlines()
         with open(path, 'w') as f:  # As if killed between the stop's checkpoint and its line.
@@ -506,7 +506,7 @@ class TrainerTest(parameterized.TestCase):
         with loop.training_run(logdir, total_steps=NATIVE_STEPS, **NATIVE) as run:
             run.env_steps.assign(512)
             old = tf.train.Checkpoint(agent=run._agent, env_steps=run.env_steps)
-            tf.train.CheckpointManager(old, os.path.join(logdir, loop.CHECKPOINT_DIR),
+            tf.train.CheckpointManager(old, os.path.join(logdir, run_dir.CHECKPOINT_DIR),
                                        max_to_keep=3).save(checkpoint_number=512)
         with loop.training_run(logdir, total_steps=NATIVE_STEPS, **NATIVE) as run:
             self.assertIsNotNone(run.restore())
@@ -620,7 +620,7 @@ class StubAlgorithmTest(absltest.TestCase):
         self.addCleanup(gin.clear_config)
 
     def _updates(self, logdir, step):
-        reader = tf.train.load_checkpoint(os.path.join(logdir, loop.CHECKPOINT_DIR,
+        reader = tf.train.load_checkpoint(os.path.join(logdir, run_dir.CHECKPOINT_DIR,
                                                        f'ckpt-{step}'))
         return int(reader.get_tensor('agent/updates/.ATTRIBUTES/VARIABLE_VALUE'))
 

@@ -8,7 +8,8 @@ from unittest import mock
 import gin
 from absl.testing import absltest
 
-from agents.runs import run_config
+from agents.runs import run_config, run_dir
+from agents.storage import locations
 
 
 @gin.configurable
@@ -42,7 +43,7 @@ class LoadTest(absltest.TestCase):
         self.dir.create_file('task.gin', 'configurable_for_test.value = 5\n')
         with mock.patch.dict(os.environ, {'BUILD_WORKING_DIRECTORY': self.dir.full_path}):
             run_config.load(['task.gin'], [])
-            self.assertEqual(run_config.resolve_path('logs/x'),
+            self.assertEqual(locations.resolve('logs/x'),
                              os.path.join(self.dir.full_path, 'logs', 'x'))
         self.assertEqual(configurable_for_test(), 5)
 
@@ -88,7 +89,7 @@ class PrepareLogdirTest(absltest.TestCase):
     def test_new_logdir_stores_the_config(self):
         logdir = os.path.join(self.create_tempdir().full_path, 'a', 'b')
         self.assertEqual(run_config.prepare_logdir(logdir, 'x = 1\n'), logdir)
-        with open(os.path.join(logdir, run_config.CONFIG_FILE)) as f:
+        with open(os.path.join(logdir, run_dir.CONFIG_FILE)) as f:
             self.assertEqual(f.read(), 'x = 1\n')
 
     def test_same_config_resumes(self):
@@ -105,7 +106,7 @@ class PrepareLogdirTest(absltest.TestCase):
                                     r'-x = 1(.|\n)*\+x = 2'):
             run_config.prepare_logdir(logdir.full_path, 'x = 2\n')
         self.assertEqual(sorted(os.listdir(logdir.full_path)), before)
-        with open(os.path.join(logdir.full_path, run_config.CONFIG_FILE)) as f:
+        with open(os.path.join(logdir.full_path, run_dir.CONFIG_FILE)) as f:
             self.assertEqual(f.read(), 'x = 1\n')
 
     def test_config_difference(self):
@@ -153,7 +154,7 @@ class BudgetTest(absltest.TestCase):
         return logdir.full_path
 
     def read_config(self, logdir):
-        with open(os.path.join(logdir, run_config.CONFIG_FILE)) as f:
+        with open(os.path.join(logdir, run_dir.CONFIG_FILE)) as f:
             return f.read()
 
     def test_raised_budget_is_resumed_with_a_warning_and_stored(self):
