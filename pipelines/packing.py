@@ -17,14 +17,12 @@ A stage keeps its populations when its pipeline is rerun after a lost worker: ea
 its checkpoints. A rerun of the sweep packs what is left to train anew.
 """
 
-import hashlib
-import json
 
 import gin
 from absl import logging
 
 from agents.algorithms import registry
-from agents.runs import loop, run_config, run_dir
+from agents.runs import gin_text, loop, run_config, run_dir
 from agents.storage import failures
 from pipelines import sweep_spec
 from pipelines import trial as trial_lib
@@ -59,7 +57,7 @@ class Packer:
                 continue
             varied = self._varied_scalars(trial)
             shared = tuple(binding for binding in trial.gin_bindings
-                           if _binding_name(binding) not in varied)
+                           if gin_text.binding_name(binding) not in varied)
             groups.setdefault((shared, tuple(sorted(varied)), stop), []).append(trial)
         units = []
         for (shared, varied, stop), trials in groups.items():
@@ -162,16 +160,11 @@ def population(trials, shared, varied):
     the scalars they set each)."""
     members = [{run_dir.SEED_BINDING: trial.seed,
                 **{name: trial.bindings[name] for name in varied}} for trial in trials]
-    population_id = 'pop-' + hashlib.sha256(
-        json.dumps([trial.id for trial in trials]).encode()).hexdigest()[:10]
+    population_id = 'pop-' + gin_text.config_hash([trial.id for trial in trials], 10)
+    population_binding, members_binding = run_dir.POPULATION_BINDINGS
     bindings = tuple(shared) + (
-        sweep_spec.gin_binding('train.population', len(trials)),
-        f'train.population_members = {members!r}')
+        gin_text.binding(population_binding, len(trials)), f'{members_binding} = {members!r}')
     return trial_lib.Population(population_id, tuple(trials), bindings)
-
-
-def _binding_name(binding):
-    return binding.split('=', 1)[0].strip()
 
 
 def _is_number(value):

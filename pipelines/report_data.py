@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from agents.runs import run_dir
+from agents.runs import gin_text, run_dir
 from pipelines import halving, run_reader, score_statistics
 
 FORMAT = 'batchppo-report/1'
@@ -169,12 +169,12 @@ def label(bindings, swept):
     """A configuration's name: its swept bindings, or its environment if nothing was swept."""
     if swept:
         return ', '.join(f'{name}={bindings.get(name, "(unset)")}' for name in swept)
-    env_id = run_reader.literal(bindings.get('train.env_id', ''))
+    env_id = gin_text.value(bindings.get('train.env_id', ''))
     return env_id if isinstance(env_id, str) and env_id else 'all runs'
 
 
 def _sort_value(text):
-    value = run_reader.literal(text)
+    value = gin_text.value(text)
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     return (0, value, '') if numeric else (1, 0, str(text))
 
@@ -185,7 +185,7 @@ def sensitivity(name, configurations):
     for config in configurations:
         text = config['bindings'].get(name, '(unset)')
         iqm = config['final']['iqm']
-        points.append({'value': run_reader.literal(text), 'text': text,
+        points.append({'value': gin_text.value(text), 'text': text,
                        'scores': config['scores'], 'iqm': iqm['value'],
                        'lower': iqm['ci'][0], 'upper': iqm['ci'][1], 'config': config['id']})
     points.sort(key=lambda point: (_sort_value(point['text']), point['config']))

@@ -32,25 +32,20 @@ event files) are copied to a temporary directory and read there as local ones. A
 directory stays a URL; whoever renders it copies it down.
 """
 
-import ast
 import dataclasses
 import fnmatch
-import hashlib
 import json
 import math
 import os
 import re
 import stat
 import tempfile
-import tokenize
 from typing import Any
 
-import gin
 import numpy as np
-from gin import config_parser
 from tensorboard.compat.proto import event_pb2, types_pb2
 
-from agents.runs import metrics, run_dir
+from agents.runs import gin_text, metrics, run_dir
 from agents.storage import failures, file_io, locations
 
 CONFIG_FILES = (run_dir.OPERATIVE_CONFIG_FILE, run_dir.CONFIG_FILE)
@@ -344,52 +339,10 @@ def not_read(name, trouble):
     return f'{name} is {trouble}; not read'
 
 
-def parse_bindings(text):
-    """`{'Configurable.parameter': value text}` of a gin file's bindings.
-
-    Raises:
-      ValueError: the text is not valid gin, naming the line.
-    """
-    lines = text.splitlines()
-    statements = []
-    try:
-        for statement in config_parser.ConfigParser(text, gin.config.ParserDelegate(True)):
-            statements.append(statement)
-    except SyntaxError as error:
-        raise ValueError(f'line {error.lineno}: cannot parse {(error.text or "").strip()!r}'
-                         ) from error
-    except tokenize.TokenError as error:
-        message, (line, _) = error.args
-        raise ValueError(f'line {line}: {message}') from error
-    except Exception as error:  # Gin raises many types; all mean unusable gin.
-        raise ValueError(failures.one_line(error)) from error
-    starts = [statement.location.line_num for statement in statements] + [len(lines) + 1]
-    bindings = {}
-    for statement, end in zip(statements, starts[1:], strict=True):
-        if not isinstance(statement, config_parser.BindingStatement):
-            continue
-        name = '.'.join(part for part in (statement.selector, statement.arg_name) if part)
-        if statement.scope:
-            name = f'{statement.scope}/{name}'
-        source = [line for line in lines[statement.location.line_num - 1:end - 1]
-                  if line.strip() and not line.lstrip().startswith('#')]
-        value = '\n'.join(source).split('=', 1)[1]
-        bindings[name] = ' '.join(value.split())
-    return bindings
-
-
-def literal(text):
-    """The Python value of a binding's text, or the text itself if it is not a literal."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
-
-
 def config_key(bindings, ignore=(run_dir.SEED_BINDING,)):
     """A stable id of a configuration: its bindings but `ignore`d ones (the seed)."""
     kept = sorted((name, value) for name, value in bindings.items() if name not in ignore)
-    return 'c' + hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:10]
+    return 'c' + gin_text.config_hash(kept, 10)
 
 
 def read_events(paths, tags=(EVAL_TAG, TRAIN_RETURN_TAG)):
@@ -543,7 +496,7 @@ def _read_into(run, logdir, trial, ignore_bindings):
     if not run.bindings and trial is not None:
         run.bindings = _trial_bindings(trial)
     seed_text = run.bindings.get(run_dir.SEED_BINDING)
-    seed = literal(seed_text) if run_dir.SEED_BINDING in run.bindings else None
+    seed = gin_text.value(seed_text) if run_dir.SEED_BINDING in run.bindings else None
     if trial is not None and isinstance(trial.get('seed'), int):
         seed = trial['seed']
     run.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
@@ -593,7 +546,7 @@ def _read_config(run, logdir, trial):
             run.problems.append(not_read(name, unreadable(error)))
             continue
         try:
-            run.bindings = parse_bindings(text)
+            run.bindings = gin_text.parse_bindings(text)
         except ValueError as error:
             run.problems.append(f'{name} is not valid gin: {error}')
         return
@@ -662,7 +615,7 @@ def _trial_bindings(trial):
                 else repr(value) for name, value in bindings.items()}
     if isinstance(bindings, list):
         try:
-            return parse_bindings('\n'.join(str(binding) for binding in bindings))
+            return gin_text.parse_bindings('\n'.join(str(binding) for binding in bindings))
         except ValueError:
             return {}
     return {}

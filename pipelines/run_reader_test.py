@@ -48,30 +48,7 @@ def write_double_events(logdir, tag, values):
             writer.write(event.SerializeToString())
 
 
-class ParseBindingsTest(absltest.TestCase):
-
-    def test_parses_what_gin_writes(self):
-        text = (
-            '# Parameters for PPO:\n# ====\nPPO.learning_rate = 0.001\n'
-            "PPO.policy_network = @FeedForwardGaussianPolicy\n\n"
-            "train.wrappers = ['range_normalize',\n    'ClipAction']\n"
-            "eval/train.env_id = 'Pendulum-v1'\nFOO = 3\ninclude 'base.gin'\n")
-        self.assertEqual(run_reader.parse_bindings(text), {
-            'PPO.learning_rate': '0.001',
-            'PPO.policy_network': '@FeedForwardGaussianPolicy',
-            'train.wrappers': "['range_normalize', 'ClipAction']",
-            'eval/train.env_id': "'Pendulum-v1'",
-            'FOO': '3',
-        })
-
-    def test_invalid_gin_names_the_line(self):
-        with self.assertRaisesRegex(ValueError, "line 3: cannot parse 'PPO.c = 2'"):
-            run_reader.parse_bindings('PPO.a = 1\nPPO.b = [1,\nPPO.c = 2\n')
-
-    def test_literal(self):
-        self.assertEqual(run_reader.literal('0.001'), 0.001)
-        self.assertEqual(run_reader.literal("('a', 2)"), ('a', 2))
-        self.assertEqual(run_reader.literal('@Net'), '@Net')
+class ConfigKeyTest(absltest.TestCase):
 
     def test_config_key_ignores_the_seed_only(self):
         base = {'PPO.learning_rate': '0.001', 'train.seed': '0'}
@@ -80,11 +57,6 @@ class ParseBindingsTest(absltest.TestCase):
         self.assertNotEqual(run_reader.config_key(dict(base, **{'PPO.learning_rate': '0.01'})),
                             key)
         self.assertEqual(key, run_reader.config_key(dict(reversed(list(base.items())))))
-
-    def test_constants_match_the_trainer(self):
-        self.assertEqual(run_dir.METRICS_FILE, run_dir.METRICS_FILE)
-        self.assertEqual(run_dir.POLICY_DIR, run_dir.POLICY_DIR)
-
 
 class ReadRunTest(absltest.TestCase):
 

@@ -52,7 +52,6 @@ gin files and bindings, so ids stay the same across runs, machines and spec reor
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import itertools
 import json
 import logging
@@ -63,7 +62,7 @@ import re
 
 import yaml
 
-from agents.runs import metrics, run_config, run_dir
+from agents.runs import gin_text, metrics, run_config, run_dir
 from agents.storage import locations
 from pipelines import halving
 
@@ -186,8 +185,8 @@ class Spec:
 
     def base_bindings(self):
         """The bindings every trial shares: the fixed ones and the budget."""
-        return [gin_binding(name, value) for name, value in sorted(self.bindings.items())] + [
-            gin_binding(BUDGET_BINDING, self.env_steps)]
+        return [gin_text.binding(name, value) for name, value in sorted(self.bindings.items())] + [
+            gin_text.binding(BUDGET_BINDING, self.env_steps)]
 
     def trials(self):
         """Every trial, configurations in order, each with every seed."""
@@ -197,9 +196,8 @@ class Spec:
     def trials_of(self, configuration, config_index):
         """The trials (one per seed) of `configuration`, the `config_index`th of the sweep."""
         gin_bindings = tuple(self.base_bindings() + [
-            gin_binding(name, value) for name, value in sorted(configuration.items())])
-        config_id = hashlib.sha256(json.dumps(
-            [list(self.gin_files), list(gin_bindings)]).encode()).hexdigest()[:8]
+            gin_text.binding(name, value) for name, value in sorted(configuration.items())])
+        config_id = gin_text.config_hash([list(self.gin_files), list(gin_bindings)], 8)
         return [Trial(f'{config_id}-seed{seed}', config_id, config_index * len(self.seeds) + k,
                       seed, configuration, gin_bindings)
                 for k, seed in enumerate(self.seeds)]
@@ -229,17 +227,6 @@ def quantile(kind, arguments, u):
     # int_log_uniform: log-uniform over [low - 0.5, high + 0.5), rounded, as Optuna's.
     value = math.exp(math.log(low - 0.5) + u * (math.log(high + 0.5) - math.log(low - 0.5)))
     return min(max(round(value), low), high)
-
-
-def gin_binding(name, value):
-    return f'{name} = {gin_literal(value)}'
-
-
-def gin_literal(value):
-    """A YAML value as gin text: Python literals, except `@reference` and `%macro` strings."""
-    if isinstance(value, str) and value[:1] in ('@', '%'):
-        return value
-    return repr(value)
 
 
 def find(path):
@@ -403,15 +390,15 @@ def check_gin(spec):
 
     check([], ('gin_files',), 'gin files')
     for name, value in spec.bindings.items():
-        check([gin_binding(name, value)], ('bindings', name), f'binding {name}')
-    check([gin_binding(BUDGET_BINDING, spec.env_steps)], ('budget', 'env_steps'), 'budget')
+        check([gin_text.binding(name, value)], ('bindings', name), f'binding {name}')
+    check([gin_text.binding(BUDGET_BINDING, spec.env_steps)], ('budget', 'env_steps'), 'budget')
     for name, values in spec.grid.items():
         for index, value in enumerate(values):
-            check([gin_binding(name, value)], ('grid', name, index), f'grid parameter {name}')
+            check([gin_text.binding(name, value)], ('grid', name, index), f'grid parameter {name}')
     section = 'search' if spec.search else 'random'
     for name, (kind, arguments) in spec.varied_distributions().items():
         for value in (arguments if kind == 'choice' else arguments[:1]):
-            check([gin_binding(name, value)], (section, 'parameters', name),
+            check([gin_text.binding(name, value)], (section, 'parameters', name),
                   f'{section} parameter {name}')
     if spec.search:  # One configuration: the first value of every distribution.
         configurations = [{name: arguments[0] for name, (_, arguments) in

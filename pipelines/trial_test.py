@@ -32,7 +32,7 @@ logdir = flags['logdir']
 members = next((ast.literal_eval(b.split('=', 1)[1].strip()) for b in bindings
                 if b.startswith('train.population_members')), None)
 if members is not None:  # A population: a run directory per member.
-    from agents.runs import run_dir
+    from agents.storage import file_io
     file_io.write_text(logdir + '/population.gin', '\\n'.join(bindings))
     file_io.write_text(logdir + '/seen.json', json.dumps({'argv': args}))
     print('training a population', flush=True)
@@ -46,7 +46,7 @@ if members is not None:  # A population: a run directory per member.
             for step in (1024, 2048)))
     sys.exit(0)
 if logdir.startswith('gs://'):  # A trial in a bucket: the files go there.
-    from agents.runs import run_dir
+    from agents.storage import file_io
     print('training', flush=True)
     time.sleep(3 if mode == 'slow' else 0)
     file_io.write_text(logdir + '/config.gin', '\\n'.join(bindings))

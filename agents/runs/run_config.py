@@ -6,7 +6,6 @@ problem, and store the parsed configuration in the logdir so that a rerun resume
 belongs to.
 """
 
-import ast
 import difflib
 import fcntl
 import json
@@ -22,13 +21,14 @@ import time
 import gin
 from absl import logging
 
-from agents.runs import run_dir
+from agents.runs import gin_text, run_dir
 from agents.storage import failures, file_io, locations
 
-# The run loop's names for these (agents/runs/loop.py); everyone else takes them from run_dir.
+# The run loop's names for these (agents/runs/loop.py); everyone else imports their modules.
 CONFIG_FILE = run_dir.CONFIG_FILE
 OPERATIVE_CONFIG_FILE = run_dir.OPERATIVE_CONFIG_FILE
 first_line = failures.first_line
+with_bindings = gin_text.with_bindings
 # The one binding a rerun may change: the budget, raised (see `check_logdir`).
 BUDGET_BINDING = 'train.total_steps'
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -151,60 +151,13 @@ def budget_change(stored, config):
     Compared statement by statement (a binding with its continuation lines), the value parsed
     as a Python literal, so that its formatting (spaces, digit separators) does not matter.
     """
-    stored_rest, old = _split_budget(stored)
-    config_rest, new = _split_budget(config)
+    stored_rest, old = gin_text.split_binding(stored, BUDGET_BINDING)
+    config_rest, new = gin_text.split_binding(config, BUDGET_BINDING)
     if stored_rest is None or config_rest is None or stored_rest != config_rest:
         return None
     if not all(isinstance(value, int) and not isinstance(value, bool) for value in (old, new)):
         return None
     return old, new
-
-
-def _split_budget(config):
-    """(the statements of `config` but its single `train.total_steps` binding, that binding's
-    value); (None, None) without exactly one such binding or with a value that is no literal."""
-    rest, values = [], []
-    for statement in _statements(config):
-        key, equals, value = '\n'.join(statement).partition('=')
-        if equals and key.strip() == BUDGET_BINDING:
-            values.append(value.replace('\\\n', ' '))
-        else:
-            rest.append(statement)
-    if len(values) != 1:
-        return None, None
-    try:
-        return rest, ast.literal_eval(values[0].strip())
-    except (ValueError, SyntaxError):
-        return None, None
-
-
-def with_bindings(config, bindings, remove=()):
-    """`config` (as `gin.config_str` writes it) with `bindings` ({'scope.name': value}) set,
-    each in place of its statement if there is one, else added at the end, and the statements of
-    `remove` dropped: e.g. the configuration of a population's member as a lone run's."""
-    statements = _statements(config)
-    names = [statement[0].partition('=')[0].strip() if '=' in statement[0] else None
-             for statement in statements]
-    lines = []
-    for statement, name in zip(statements, names, strict=True):
-        if name in remove:
-            continue
-        if name in bindings:
-            statement = [f'{name} = {bindings[name]!r}']
-        lines += statement
-    lines += [f'{name} = {value!r}' for name, value in bindings.items() if name not in names]
-    return '\n'.join(lines).rstrip('\n') + '\n'
-
-
-def _statements(config):
-    """The statements of `config`, each a list of its lines (gin indents continuation lines)."""
-    statements = []
-    for line in config.splitlines():
-        if statements and line[:1].isspace():
-            statements[-1].append(line)
-        else:
-            statements.append([line])
-    return statements
 
 
 def config_difference(stored, config, stored_name, config_name):

@@ -220,26 +220,6 @@ class BudgetTest(absltest.TestCase):
         self.assertIsNone(run_config.budget_change(stored, moved))
 
 
-class WithBindingsTest(absltest.TestCase):
-    """A population member's configuration from the population's."""
-
-    def test_sets_in_place_adds_and_removes_whole_statements(self):
-        config = ('# Parameters for train:\n'
-                  'train.population = 2\n'
-                  'train.population_members = \\\n'
-                  "    [{'PPO.learning_rate': 0.001}, {}]\n"
-                  'train.seed = 0\n'
-                  'PPO.learning_rate = 0.0003\n')
-        member = run_config.with_bindings(
-            config, {'train.seed': 4, 'PPO.learning_rate': 0.001, 'PPO.clip_ratio': 0.1},
-            remove=('train.population', 'train.population_members'))
-        self.assertEqual(member, '# Parameters for train:\n'
-                                 'train.seed = 4\n'
-                                 'PPO.learning_rate = 0.001\n'
-                                 'PPO.clip_ratio = 0.1\n')
-        self.assertEqual(run_config.with_bindings(config, {}), config)
-
-
 class LogdirLockTest(absltest.TestCase):
 
     def hold_in_another_process(self, logdir):
