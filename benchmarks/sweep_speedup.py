@@ -20,7 +20,7 @@ from absl import app, flags
 
 from agents.storage import locations
 from benchmarks import sweep_runs
-from pipelines import sweep_spec, trial
+from pipelines.sweep import sweep_spec, trial
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum.yaml', 'The sweep spec to run.')
 flags.DEFINE_integer('workers', 2, 'DirectRunner workers of the sweep.')
