@@ -1,7 +1,7 @@
 r"""Training runs to a report: `bazel run //pipelines:report -- --input=DIR --output_dir=DIR`.
 
---input is a sweep's output directory (pipelines/sweep/sweep.py) or any directory tree of run logdirs.
-An Apache Beam pipeline reads every run in parallel (one element per run: its gin bindings,
+--input is a sweep's output directory (pipelines/sweep/sweep.py) or any directory tree of run
+logdirs. An Apache Beam pipeline reads every run in parallel (one element per run: its gin bindings,
 `metrics.jsonl`, TensorBoard events, exported policy), groups the runs into configurations
 (same bindings but the seed), computes each configuration's statistics and renders the final
 policy of its best seed to a video (one element per configuration), then gathers everything

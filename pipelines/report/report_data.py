@@ -32,7 +32,8 @@ from pipelines import halving
 from pipelines.report import run_reader, score_statistics
 
 FORMAT = 'batchppo-report/1'
-COMPLETED, PRUNED, FAILED = 'completed', 'pruned', 'failed'  # pipelines/sweep/scheduler.py's reasons.
+# pipelines/sweep/scheduler.py's reasons.
+COMPLETED, PRUNED, FAILED = 'completed', 'pruned', 'failed'
 # Exit codes of //pipelines:report, also stored in report.json.
 EXIT_OK = 0
 EXIT_INCOMPLETE = 3
@@ -406,16 +407,7 @@ def build_report(runs, configurations, discovery_problems, settings, rungs=()):
         config['label'] = label(config['bindings'], swept)
         config['swept'] = {name: config['bindings'].get(name, '(unset)') for name in swept}
         config.pop('video_candidates', None)
-    # Ranked within budget groups, the highest budget first (see the module docstring).
-    groups, ranked = [], []
-    for budget, members in budget_groups(configurations):
-        members = sorted(members, key=_by_iqm)
-        for rank, config in enumerate(members, 1):
-            config['budget_rank'] = rank
-        groups.append(budget_group(budget, members))
-        ranked += members
-    for rank, config in enumerate(ranked, 1):
-        config['rank'] = rank
+    groups, ranked = _ranked(configurations)
     staged = len(groups) > 1 or bool(rungs)
     by_key = {config['id']: config for config in ranked}
     labels = {config['id']: config['label'] for config in ranked}
@@ -438,14 +430,7 @@ def build_report(runs, configurations, discovery_problems, settings, rungs=()):
         'format': FORMAT,
         'input': settings.input_dir,
         'seed': settings.seed,
-        'settings': {
-            'bootstrap_reps': settings.bootstrap_reps,
-            'curve_bootstrap_reps': settings.curve_bootstrap_reps,
-            'confidence': 0.95,
-            'max_curve_points': settings.max_curve_points,
-            'ignore_bindings': list(settings.ignore_bindings),
-            'video_max_steps': settings.video_max_steps if settings.videos else None,
-        },
+        'settings': _settings_entry(settings),
         'exit_code': exit_code,
         'num_runs': len(readable),
         'num_skipped': len(skipped),
@@ -466,6 +451,33 @@ def build_report(runs, configurations, discovery_problems, settings, rungs=()):
             'iqm': 'plots/iqm.svg' if ranked else None,
             'sensitivity': sensitivity_entries(swept, groups, by_key, staged),
         },
+    }
+
+
+def _ranked(configurations):
+    """(the budget groups, the configurations ranked): ranked within budget groups, the
+    highest budget first (see the module docstring)."""
+    groups, ranked = [], []
+    for budget, members in budget_groups(configurations):
+        members = sorted(members, key=_by_iqm)
+        for rank, config in enumerate(members, 1):
+            config['budget_rank'] = rank
+        groups.append(budget_group(budget, members))
+        ranked += members
+    for rank, config in enumerate(ranked, 1):
+        config['rank'] = rank
+    return groups, ranked
+
+
+def _settings_entry(settings):
+    """The report's record of the settings it was made with."""
+    return {
+        'bootstrap_reps': settings.bootstrap_reps,
+        'curve_bootstrap_reps': settings.curve_bootstrap_reps,
+        'confidence': 0.95,
+        'max_curve_points': settings.max_curve_points,
+        'ignore_bindings': list(settings.ignore_bindings),
+        'video_max_steps': settings.video_max_steps if settings.videos else None,
     }
 
 

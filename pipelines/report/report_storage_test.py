@@ -1,5 +1,6 @@
-"""//pipelines:report on object storage: a GCS API server on loopback (agents/storage/gcs_testing.py)
-holds the sweep and takes the report; and the errors of storage that cannot be used."""
+"""//pipelines:report on object storage: a GCS API server on loopback
+(agents/storage/gcs_testing.py) holds the sweep and takes the report; and the errors of storage
+that cannot be used."""
 
 import html.parser
 import json

@@ -20,11 +20,11 @@ is still used) or `Run.error` (the run is skipped), each a sentence naming the f
 that is no regular file (a directory, a dangling symbolic link, a FIFO, a socket or device) is
 such a problem and is never opened: opening a FIFO would block until some writer came.
 
-A sweep's `trials.jsonl` (pipelines/sweep/sweep.py) adds each trial's status, seed and bindings; a
-trial the sweep recorded as failed is skipped with its error. A sweep with a scheduler
-(successive halving, pipelines/sweep/scheduler.py) also tells each trial's budget (the env steps it was
-trained to), rung, bracket and why it stopped, and its `rungs.jsonl` each rung's decision: the
-configurations' scores and which went on. Outside such sweeps these are None.
+A sweep's `trials.jsonl` (pipelines/sweep/sweep.py) adds each trial's status, seed and
+bindings; a trial the sweep recorded as failed is skipped with its error. A sweep with a
+scheduler (successive halving, pipelines/sweep/scheduler.py) also tells each trial's budget (the
+env steps it was trained to), rung, bracket and why it stopped, and its `rungs.jsonl` each
+rung's decision: the configurations' scores and which went on. Outside such sweeps these are None.
 
 The input may be an object-storage URL (`gs://...`, see agents/storage/): runs are then
 found in one listing of everything under it, and each run's small files (gin, metrics.jsonl,

@@ -283,8 +283,7 @@ def build(pipeline, work, settings, trial_ids, started_at):
     """A stage's pipeline: its work, [(trial or population, stop_at_step)], spread and
     trained."""
     # The results are gathered into one element: a runner then waits on every worker's output
-    # and fails the pipeline as soon as one is lost (without a consumer, the portable runner
-    # noticed a killed worker only minutes later).
+    # and fails the pipeline as soon as one is lost.
     return (pipeline
             | 'Trials' >> beam.Create(work)
             | 'Spread' >> beam.Reshuffle()
@@ -333,7 +332,7 @@ def default_runner(options):
     """The DirectRunner's FnApiRunner for --runner=DirectRunner or none, else None (Beam picks).
 
     Beam's DirectRunner would first try its Prism runner, which downloads a binary (failing
-    offline, after a delay): a different engine from the one tested and measured here.
+    offline, after a delay): a different engine from the one the tests run.
     """
     if options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
         return None

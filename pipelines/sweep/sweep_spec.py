@@ -26,7 +26,8 @@ A spec names the base gin files, fixed bindings, the per-trial budget, the seeds
       pack: true                             # the default; false trains every trial alone
       max_members: 8                         # trials per population (default 8)
 
-Instead of grid and random, `search` proposes configurations with Optuna (pipelines/sweep/search.py):
+Instead of grid and random, `search` proposes configurations with Optuna
+(pipelines/sweep/search.py):
 
     search: {sampler: tpe, num_trials: 27, parallel: 9, seed: 0, parameters: {...}}
 
@@ -262,7 +263,31 @@ def parse(text, path='<spec>'):
     """Parses spec text; `path` only names the file in errors."""
     document, lines = _read_yaml(text, path)
     error = functools.partial(_error_at, path, lines)
+    _check_fields(document, error)
+    gin_files = _gin_files(document, error)
+    bindings = _parameters(document.get('bindings') or {}, ('bindings',), error)
+    for name, value in bindings.items():
+        _check_value(value, ('bindings', name), error)
+    env_steps, timeout_s = _budget(document, error)
+    seeds = _seeds(document, error)
+    grid = _grid(document, error)
+    num_samples, random_seed, distributions = _random(document, error)
+    search = _search(document, error)
+    _check_search_alone(document, search, error)
+    scheduler = _scheduler(document, env_steps, error)
+    metric, mode = _objective(document, error)
+    pack_populations, max_population = _populations(document, scheduler, error)
+    _check_varied(bindings, grid, distributions, search, error)
+    return Spec(path=path, gin_files=tuple(gin_files), bindings=bindings, env_steps=env_steps,
+                timeout_s=float(timeout_s) if timeout_s is not None else None,
+                seeds=tuple(seeds), grid=grid, num_samples=num_samples,
+                random_seed=random_seed, distributions=distributions, scheduler=scheduler,
+                search=search, metric=metric, mode=mode, pack_populations=pack_populations,
+                max_population=max_population, lines=lines)
 
+
+def _check_fields(document, error):
+    """Refuses a document that is no mapping, an unknown field or a missing required one."""
     if not isinstance(document, dict):
         raise error((), 'a sweep spec is a mapping with the fields ' + ', '.join(FIELDS))
     for key in document:
@@ -272,17 +297,19 @@ def parse(text, path='<spec>'):
         if key not in document:
             raise error((), f'missing field {key!r}')
 
+
+def _gin_files(document, error):
     gin_files = document['gin_files']
     if isinstance(gin_files, str):
         gin_files = [gin_files]
     if not isinstance(gin_files, list) or not gin_files or not all(
             isinstance(name, str) and name for name in gin_files):
         raise error(('gin_files',), 'gin_files must be a non-empty list of gin file paths')
+    return gin_files
 
-    bindings = _parameters(document.get('bindings') or {}, ('bindings',), error)
-    for name, value in bindings.items():
-        _check_value(value, ('bindings', name), error)
 
+def _budget(document, error):
+    """(env_steps, timeout_s or None) from the `budget` field."""
     budget = document['budget']
     if not isinstance(budget, dict):
         raise error(('budget',), 'budget must be a mapping: {env_steps: N, timeout_s: S}')
@@ -298,7 +325,11 @@ def parse(text, path='<spec>'):
     if timeout_s is not None and (not _is_number(timeout_s) or not timeout_s > 0):
         raise error(('budget', 'timeout_s'),
                     f'budget.timeout_s must be a positive number of seconds, got {timeout_s!r}')
+    return env_steps, timeout_s
 
+
+def _seeds(document, error):
+    """The list of seeds: `seeds` as a count (1 by default) or a list."""
     seeds = document.get('seeds', 1)
     if _is_int(seeds):
         if seeds < 1:
@@ -309,7 +340,10 @@ def parse(text, path='<spec>'):
         raise error(('seeds',), 'seeds must be a count or a non-empty list of integers >= 0')
     if len(set(seeds)) != len(seeds):
         raise error(('seeds',), f'seeds repeat: {seeds}')
+    return seeds
 
+
+def _grid(document, error):
     grid = _parameters(document.get('grid', {}), ('grid',), error)
     if 'grid' in document and not grid:
         raise error(('grid',), 'empty grid: give each parameter a list of values')
@@ -321,27 +355,30 @@ def parse(text, path='<spec>'):
         keys = [json.dumps(value, sort_keys=True) for value in values]
         if len(set(keys)) != len(keys):
             raise error(('grid', name), f'grid parameter {name} repeats a value: {values}')
+    return grid
 
-    num_samples, random_seed, distributions = _random(document, error)
-    search = _search(document, error)
-    if search is not None:
-        for other in ('grid', 'random'):
-            if other in document:
-                raise error((other,), f'{other} and search exclude each other: search proposes '
-                            'every configuration; give its parameters under search.parameters '
-                            '(a grid\'s values as {choice: [...]})')
-    scheduler = _scheduler(document, env_steps, error)
-    metric, mode = _objective(document, error)
-    pack_populations, max_population = _populations(document, scheduler, error)
 
-    fixed = set(bindings)
+def _check_search_alone(document, search, error):
+    """Refuses grid or random beside search, which proposes every configuration itself."""
+    if search is None:
+        return
+    for other in ('grid', 'random'):
+        if other in document:
+            raise error((other,), f'{other} and search exclude each other: search proposes '
+                        'every configuration; give its parameters under search.parameters '
+                        '(a grid\'s values as {choice: [...]})')
+
+
+def _check_varied(bindings, grid, distributions, search, error):
+    """Refuses a parameter both fixed and varied, or varied twice, and the bindings the sweep
+    sets itself (the budget, the seed, a population's)."""
     searched = search.distributions if search else {}
     where_varied = {**{name: ('search', 'parameters', name) for name in searched},
                     **{name: ('random', 'parameters', name) for name in distributions},
                     **{name: ('grid', name) for name in grid}}
     for name in list(grid) + list(distributions) + list(searched):
         where = where_varied[name]
-        if name in fixed:
+        if name in bindings:
             raise error(where, f'{name} is both fixed in bindings and varied')
         if name in grid and name in distributions:
             raise error(where, f'{name} is varied by both grid and random')
@@ -354,13 +391,6 @@ def parse(text, path='<spec>'):
         if name in run_dir.POPULATION_BINDINGS:
             raise error(where, f'{name} is set by the sweep when it packs trials into '
                         'populations (see populations.pack); a trial is one run')
-
-    return Spec(path=path, gin_files=tuple(gin_files), bindings=bindings, env_steps=env_steps,
-                timeout_s=float(timeout_s) if timeout_s is not None else None,
-                seeds=tuple(seeds), grid=grid, num_samples=num_samples,
-                random_seed=random_seed, distributions=distributions, scheduler=scheduler,
-                search=search, metric=metric, mode=mode, pack_populations=pack_populations,
-                max_population=max_population, lines=lines)
 
 
 def check_gin(spec):
