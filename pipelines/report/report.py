@@ -164,7 +164,7 @@ def render_video(config, settings):
     """
     if not settings.videos:
         return config
-    failures = []
+    unusable = []
     path = report_data.video_path(config['id'])
     for run_id, seed, policy_dir in config['video_candidates']:
         local_policy = policy_dir
@@ -176,16 +176,16 @@ def render_video(config, settings):
             logging.warning('No video of %s: %s', run_id, error)
             # A message naming the policy's local copy names the policy.
             message = failures.first_line(error).replace(local_policy, policy_dir)
-            failures.append(f'{run_id}: {message}')
+            unusable.append(f'{run_id}: {message}')
             continue
         config['video'] = dict(info, path=path, run=run_id, seed=seed)
         if run_id != config['best_run']:
             config['video_problem'] = (
                 f'the best run {config["best_run"]} has no usable exported policy '
-                f'({"; ".join(failures) or "none exported"}); the video shows {run_id}')
+                f'({"; ".join(unusable) or "none exported"}); the video shows {run_id}')
         return config
     config['video_problem'] = ('no run of this configuration has a usable exported policy'
-                               + (f': {"; ".join(failures)}' if failures else ''))
+                               + (f': {"; ".join(unusable)}' if unusable else ''))
     return config
 
 
