@@ -13,8 +13,8 @@ import os
 import setuptools
 from setuptools.command.build_py import build_py
 
-# Test modules, shared test helpers (`agents/envs/testing.py`, `pipelines/report_fixtures.py`,
-# `agents/tools/mock_vector_env.py`, ...) and benchmarks.
+# Test modules, shared test helpers (`agents/envs/testing.py`,
+# `pipelines/report/report_fixtures.py`, `agents/tools/mock_vector_env.py`, ...) and benchmarks.
 TEST_ONLY = ('*_test.py', '*testing*.py', '*_fixtures.py', 'mock_*.py', '*_benchmark.py')
 
 

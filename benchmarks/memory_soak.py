@@ -40,7 +40,7 @@ import time
 import psutil
 from absl import app, flags
 
-from agents.runs import run_config
+from agents.runs import run_config, run_dir
 
 BACKENDS = {
     'gymnasium': ("train.env_backend = 'gymnasium'",),
@@ -125,7 +125,7 @@ class StepReader:
 
 def steps_per_iteration(logdir):
     """num_envs x rollout_length, from the operative config the trainer wrote."""
-    with open(os.path.join(logdir, run_config.OPERATIVE_CONFIG_FILE), encoding='utf-8') as f:
+    with open(os.path.join(logdir, run_dir.OPERATIVE_CONFIG_FILE), encoding='utf-8') as f:
         text = f.read()
     values = {name: int(re.search(rf'^train\.{name} = (\d+)', text, re.M).group(1))
               for name in ('num_envs', 'rollout_length')}

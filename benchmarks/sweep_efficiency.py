@@ -34,7 +34,7 @@ from absl import app, flags
 
 from agents.runs import run_config
 from benchmarks import sweep_runs
-from pipelines import sweep_spec
+from pipelines.sweep import sweep_spec
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum_halving.yaml',
                     'A sweep spec with `random` and a `scheduler`.')

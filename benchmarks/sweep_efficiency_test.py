@@ -6,7 +6,7 @@ import os
 from absl.testing import absltest
 
 from benchmarks import sweep_efficiency
-from pipelines import sweep_spec
+from pipelines.sweep import sweep_spec
 
 
 def base_document():

@@ -17,7 +17,7 @@ import tempfile
 from absl import app, flags
 
 from benchmarks import sweep_runs
-from pipelines import sweep_spec
+from pipelines.sweep import sweep_spec
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum_native.yaml', 'The sweep spec to run.')
 flags.DEFINE_integer('workers', 2, 'DirectRunner workers of both sweeps.')

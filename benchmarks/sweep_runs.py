@@ -7,6 +7,7 @@ import sys
 import time
 
 from agents.runs import run_config
+from agents.storage import locations
 
 
 def run_sweep(spec_path, output_dir, workers, caller_directory=None, log_path=None):
@@ -18,7 +19,7 @@ def run_sweep(spec_path, output_dir, workers, caller_directory=None, log_path=No
     Raises RuntimeError, with the end of the sweep's log, if it fails.
     """
     env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT,
-               BUILD_WORKING_DIRECTORY=caller_directory or run_config.caller_directory())
+               BUILD_WORKING_DIRECTORY=caller_directory or locations.caller_directory())
     began = time.time()
     result = subprocess.run(
         [sys.executable, '-m', 'pipelines.sweep', f'--spec={spec_path}',

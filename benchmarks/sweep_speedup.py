@@ -18,9 +18,9 @@ import time
 
 from absl import app, flags
 
-from agents.runs import run_config
+from agents.storage import locations
 from benchmarks import sweep_runs
-from pipelines import sweep_spec, trial
+from pipelines.sweep import sweep_spec, trial
 
 flags.DEFINE_string('spec', 'configs/sweeps/pendulum.yaml', 'The sweep spec to run.')
 flags.DEFINE_integer('workers', 2, 'DirectRunner workers of the sweep.')
@@ -37,7 +37,7 @@ def load_average():
 def run_sequential(spec, output_dir):
     settings = trial.Settings(
         output_dir=output_dir, gin_files=spec.gin_files, env_steps=spec.env_steps,
-        timeout_s=spec.timeout_s, caller_directory=run_config.caller_directory())
+        timeout_s=spec.timeout_s, caller_directory=locations.caller_directory())
     began = time.time()
     records = [trial.run(item, settings) for item in spec.trials()]
     return time.time() - began, records

@@ -44,17 +44,17 @@ from tools.package_contents import (
 # Every other module of the packages, config and report template is required too (found in
 # the tree).
 REQUIRED = (
-    'pipelines/sweep.py', 'pipelines/sweep_spec.py', 'pipelines/trial.py',
-    'pipelines/supervise.py', 'agents/scripts/train.py', 'agents/runs/run_config.py',
-    'agents/runs/loop.py', 'agents/algorithms/registry.py', 'agents/algorithms/ppo/ppo.py',
-    'agents/algorithms/a2c/a2c.py', 'agents/tools/batch_env.py', 'configs/base.gin',
-    'configs/pendulum.gin', 'configs/sweeps/pendulum.yaml')
-PACKAGE_FILES = ('agents/**/*.py', 'pipelines/**/*.py', 'pipelines/templates/*.html.j2',
+    'pipelines/sweep/sweep.py', 'pipelines/sweep/__main__.py', 'pipelines/sweep/sweep_spec.py',
+    'pipelines/sweep/trial.py', 'pipelines/sweep/supervise.py', 'agents/scripts/train.py',
+    'agents/runs/run_config.py', 'agents/runs/loop.py', 'agents/algorithms/registry.py',
+    'agents/algorithms/ppo/ppo.py', 'agents/algorithms/a2c/a2c.py', 'agents/tools/batch_env.py',
+    'configs/base.gin', 'configs/pendulum.gin', 'configs/sweeps/pendulum.yaml')
+PACKAGE_FILES = ('agents/**/*.py', 'pipelines/**/*.py', 'pipelines/report/templates/*.html.j2',
                  'configs/**/*.gin', 'configs/sweeps/*.yaml')
 # Test helpers the patterns above must catch.
 HELPERS = ('agents/scripts/testing_utils.py', 'agents/envs/testing.py',
            'agents/tools/mock_vector_env.py', 'pipelines/process_testing.py',
-           'pipelines/report_fixtures.py')
+           'pipelines/report/report_fixtures.py')
 # What a launcher's venv gets beyond pip and setuptools (the README: `pip install '.[gcp]'`,
 # of which staging uses `build`).
 LAUNCHER_TOOLS = ('build',)

@@ -29,11 +29,11 @@ from absl.testing import absltest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
-from agents.runs import gcs_testing
-from pipelines import report_browser_test
+from agents.storage import gcs_testing
 from pipelines.packaging_testing import clean_env, copy_tree, run, staged
 from pipelines.portable_testing import PortableCluster
 from pipelines.process_testing import wait_for
+from pipelines.report import report_browser_test
 from tools import source_tree
 
 BUCKET = 'sweeps'

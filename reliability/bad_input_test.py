@@ -14,8 +14,9 @@ import sys
 
 from absl.testing import absltest, parameterized
 
-from agents.runs import gcs_testing, run_config
+from agents.runs import run_config, run_dir
 from agents.scripts import testing_utils
+from agents.storage import gcs_testing
 from reliability import harness
 
 CATALOGUE = os.path.join(harness.ROOT, 'docs', 'errors.md')
@@ -103,7 +104,7 @@ class BadInputTest(parameterized.TestCase):
             f.write('mine')
         self.run_dir = os.path.join(fixtures.full_path, 'run')
         run_config.prepare_logdir(self.run_dir, "train.env_id = 'Pendulum-v1'\n")
-        with open(os.path.join(self.run_dir, run_config.OPERATIVE_CONFIG_FILE), 'w') as f:
+        with open(os.path.join(self.run_dir, run_dir.OPERATIVE_CONFIG_FILE), 'w') as f:
             f.write("train.env_id = 'Pendulum-v1'\ntrain.total_steps = 1000\n")
         self.other_run = os.path.join(fixtures.full_path, 'other_run')
         run_config.prepare_logdir(self.other_run, "train.env_id = 'CartPole-v1'\n")

@@ -10,7 +10,7 @@ import signal
 
 from absl.testing import absltest
 
-from agents.runs import run_config
+from agents.runs import run_dir
 from reliability import harness
 
 LONG = dict(train__total_steps=10_000_000)
@@ -57,7 +57,7 @@ class ConcurrencyTest(absltest.TestCase):
 
     def test_lock_file_of_a_dead_process_is_no_obstacle(self):
         os.makedirs(self.logdir)
-        with open(os.path.join(self.logdir, run_config.LOCK_FILE), 'w') as f:
+        with open(os.path.join(self.logdir, run_dir.LOCK_FILE), 'w') as f:
             f.write('{"pid": 999999999, "host": "elsewhere", "started": "long ago", '
                     '"command": "train"}\n')
         result = harness.run('train', *harness.small_run(

@@ -1,6 +1,6 @@
 """Sweeps: a trial that crashes and one that hangs fail alone; a rerun retries only them.
 
-A sweep of three trials through the sweep binary (pipelines/sweep.py) on the faulty Pendulum:
+A sweep of three trials through the sweep binary (pipelines/sweep/sweep.py) on the faulty Pendulum:
 one trains normally, one crashes its trainer (the process exits at its 50th environment step),
 one hangs forever at its 50th step and is killed at the spec's per-trial timeout. The sweep
 finishes the good trial, marks the other two failed with the reason, and exits non-zero. The

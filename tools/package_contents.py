@@ -11,8 +11,8 @@ CONSOLE_SCRIPTS = {
     'batchppo-evaluate': 'agents.scripts.evaluate:run',
     'batchppo-visualize': 'agents.scripts.visualize:run',
     'batchppo-export': 'agents.scripts.export:run',
-    'batchppo-sweep': 'pipelines.sweep:run',
-    'batchppo-report': 'pipelines.report:run',
+    'batchppo-sweep': 'pipelines.sweep.sweep:run',
+    'batchppo-report': 'pipelines.report.report:run',
 }
 
 

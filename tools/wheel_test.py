@@ -98,7 +98,7 @@ class WheelTest(absltest.TestCase):
         test_only = {module for module in modules if is_test_only(module)}
         self.assertContainsSubset(
             {'agents/tools/batch_env_test.py', 'agents/scripts/testing_utils.py',
-             'agents/envs/testing.py', 'pipelines/report_fixtures.py'}, test_only)
+             'agents/envs/testing.py', 'pipelines/report/report_fixtures.py'}, test_only)
         self.assertEmpty(modules - test_only - self.names)
         self.assertEmpty(sorted(name for name in self.names if is_test_only(name)))
 

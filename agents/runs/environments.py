@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from agents import envs
 from agents.runs import run_config
+from agents.storage import failures
 from agents.tools import batch_env, in_graph_batch_env
 from agents.tools import wrappers as wrappers_lib
 
@@ -163,7 +164,7 @@ def _native_envs(env_id, env_kwargs, wrappers, num_envs, eval_episodes, dtype, c
                              check_inputs=check_inputs)
     except (ValueError, TypeError) as error:
         raise run_config.ConfigError(
-            f'cannot make native environment {env_id!r}: {run_config.first_line(error)}') from error
+            f'cannot make native environment {env_id!r}: {failures.first_line(error)}') from error
     return train_env, eval_env
 
 
@@ -174,5 +175,5 @@ def _configured(make_env, env_id):
     except (ValueError, TypeError, gym.error.Error, batch_env.EnvError) as error:
         # Which of the identical environments failed does not matter here.
         reason = re.sub(r'^Environment \d+ failed in make: (\w+Error: )?', '',
-                        run_config.first_line(error))
+                        failures.first_line(error))
         raise run_config.ConfigError(f'cannot make environment {env_id!r}: {reason}') from error

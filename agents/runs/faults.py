@@ -11,7 +11,8 @@ import re
 
 from absl import logging
 
-from agents.runs import run_config, xla_cache
+from agents.runs import xla_cache
+from agents.storage import failures
 
 ENV_FAILURE_POLICIES = ('restart', 'stop')
 NONFINITE_POLICIES = ('stop', 'skip')
@@ -70,14 +71,14 @@ def kept(saved_step, stays_latest=False):
 
 def tf_reason(error):
     """The gist of a TensorFlow error: its first line without the op's decorations."""
-    text = re.sub(r'\{\{[^}]*\}\}\s*', '', run_config.first_line(error))
+    text = re.sub(r'\{\{[^}]*\}\}\s*', '', failures.first_line(error))
     return re.sub(r'\s*\[Op:\w+\]', '', text).strip()
 
 
 def describe_env_failure(error):
     """'Environment 3 failed in step: ...' or 'BatchEnv worker process 1 (pid 9) hosting envs
     [4, 5] died unexpectedly (killed by SIGKILL)': the first line of the error, no advice."""
-    text = run_config.first_line(error).split('; the batch is closed')[0].rstrip('.')
+    text = failures.first_line(error).split('; the batch is closed')[0].rstrip('.')
     return f'Training environment failure: {text}'
 
 
@@ -141,7 +142,7 @@ class EnvironmentRestarts:
         except Exception as error:
             raise EnvironmentFailure(
                 f'{what}, and rebuilding the training environments failed: '
-                f'{run_config.first_line(error)}; {kept(saved_step)}.') from error
+                f'{failures.first_line(error)}; {kept(saved_step)}.') from error
         self._train_env.replace_vector_env(new, seed=seed)
 
 

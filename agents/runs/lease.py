@@ -14,12 +14,13 @@ import socket
 import threading
 import time
 
-from agents.runs import run_dir
+from agents.runs import run_config, run_dir
+from agents.storage import backends, failures, locations
 
 DEFAULT_TTL_S = 60.0
 
 
-class LeaseHeld(run_dir.StorageError):
+class LeaseHeld(failures.StorageError):
     """Another live trainer holds the lease."""
 
 
@@ -28,8 +29,8 @@ class Lease:
 
     def __init__(self, url, ttl_s=DEFAULT_TTL_S, clock=time.time):
         self.url = url
-        self._path = run_dir.join(url, run_dir.LEASE_FILE)
-        self._bucket, self._name = run_dir.split_gcs_path(self._path)
+        self._path = locations.join(url, run_dir.LEASE_FILE)
+        self._bucket, self._name = locations.split_gcs_path(self._path)
         self._ttl_s = ttl_s
         self._clock = clock
         # Who this trainer is, fixed for the lease's life: written into the lease and compared
@@ -43,7 +44,7 @@ class Lease:
         self.lost = None  # Why the lease was lost while held, if it was.
 
     def _blob(self):
-        return run_dir.gcs_client(self._path).bucket(self._bucket).blob(self._name)
+        return backends.gcs_client(self._path).bucket(self._bucket).blob(self._name)
 
     def _holder(self):
         return {'pid': os.getpid(), 'host': self._host,
@@ -139,7 +140,7 @@ class Lease:
                 # and this trainer stops renewing (and will not delete) it.
                 self._generation = None
                 self.lost = ('it was changed by another trainer '
-                             f'({run_dir.first_line(error, limit=200)})')
+                             f'({failures.first_line(error, limit=200)})')
                 raise LeaseHeld(f'lost the lease on {self.url} ({self.lost})') from None
             self._generation = blob.generation
 
@@ -176,5 +177,5 @@ def _process_runs(pid):
 
 
 def _held_message(url, holder):
-    return run_dir.in_use_message(
+    return run_config.in_use_message(
         url, holder, f' (it holds the lease {run_dir.LEASE_FILE} and renews it)')

@@ -11,8 +11,8 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from agents.runs import gcs_testing
 from agents.runs import lease as lease_lib
+from agents.storage import gcs_testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 URL = 'gs://runs/run'

@@ -30,6 +30,7 @@ from agents.runs import (
     training_step,
     xla_cache,
 )
+from agents.storage import failures
 from agents.tools import batch_env, stop_signals
 
 # The checkpoint's entry for the training episodes in flight (native backend only); a checkpoint
@@ -162,7 +163,7 @@ class TrainingRun:
             self.evaluator.trace()
         except (ValueError, TypeError) as error:
             raise run_config.ConfigError(
-                f'the configuration does not build a training graph: {run_config.first_line(error)}'
+                f'the configuration does not build a training graph: {failures.first_line(error)}'
             ) from error
 
     def restore(self):

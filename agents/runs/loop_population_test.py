@@ -89,7 +89,7 @@ class PopulationRunTest(absltest.TestCase):
         self.assertEqual(sorted(os.listdir(population)), ['member-0', 'member-1'])
         for index, seed in enumerate(SEEDS):
             member = _member(population, index)
-            for name in (run_config.CONFIG_FILE, run_config.OPERATIVE_CONFIG_FILE):
+            for name in (run_dir.CONFIG_FILE, run_dir.OPERATIVE_CONFIG_FILE):
                 with open(os.path.join(member, name), encoding='utf-8') as f:
                     text = f.read()
                 self.assertIn(f'train.seed = {seed}\n', text, name)
@@ -139,7 +139,7 @@ class PopulationRunTest(absltest.TestCase):
         # Member 1 learned otherwise, and its configuration says why.
         self.assertNotEqual(_records(_member(changed, 1))[-1]['mean_return'],
                             _records(_member(population, 1))[-1]['mean_return'])
-        with open(os.path.join(_member(changed, 1), run_config.CONFIG_FILE),
+        with open(os.path.join(_member(changed, 1), run_dir.CONFIG_FILE),
                   encoding='utf-8') as f:
             config = f.read()
         self.assertIn('PPO.learning_rate = 0.003\n', config)

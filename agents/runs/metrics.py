@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from agents.runs import run_dir
+from agents.storage import file_io, locations
 
 # The numbers of an evaluation record besides its step (loop.py writes them): what a sweep may
 # rank configurations by.
@@ -55,17 +56,17 @@ def read_lines(path, blank=False):
     """Yields the `Line`s of the JSON-lines file at `path` (a local path or a URL); blank lines
     only with `blank`.
 
-    A local file is read only if it is a regular file (run_dir.open_regular: a FIFO does not
+    A local file is read only if it is a regular file (file_io.open_regular: a FIFO does not
     block). Lines are UTF-8; bytes that are not become U+FFFD.
 
     Raises:
       FileNotFoundError: there is no such file.
       OSError: the file cannot be read, or is no regular file.
     """
-    if run_dir.is_remote(path):
-        file = io.BytesIO(run_dir.read_bytes(path))
+    if locations.is_remote(path):
+        file = io.BytesIO(file_io.read_bytes(path))
     else:
-        file = run_dir.open_regular(path)
+        file = file_io.open_regular(path)
     with file:
         for number, data in enumerate(file, 1):
             complete = data.endswith(b'\n')

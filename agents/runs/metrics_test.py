@@ -5,7 +5,8 @@ import sys
 
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, metrics, run_dir
+from agents.runs import metrics
+from agents.storage import file_io, gcs_testing
 
 
 class ReadLinesTest(absltest.TestCase):
@@ -74,7 +75,7 @@ class EvaluationsTest(absltest.TestCase):
 
     def test_in_a_bucket(self):
         with gcs_testing.GcsEmulator(buckets=('runs',)):
-            run_dir.write_text('gs://runs/run/metrics.jsonl', '{"step": 1}\n{"st')
+            file_io.write_text('gs://runs/run/metrics.jsonl', '{"step": 1}\n{"st')
             self.assertEqual(metrics.evaluations('gs://runs/run/metrics.jsonl'), [{'step': 1}])
             self.assertEqual(metrics.evaluations('gs://runs/other/metrics.jsonl'), [])
 

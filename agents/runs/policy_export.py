@@ -43,6 +43,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.saved_model import fingerprinting_utils
 
 from agents.runs import recovery, run_config, run_dir
+from agents.storage import failures
 
 POLICY_DIR = run_dir.POLICY_DIR
 FORMAT = 'batchppo-policy/1'
@@ -318,7 +319,7 @@ class SavedPolicy:
             self._model = tf.saved_model.load(directory)
         except Exception as error:  # The loader raises OSError, OpError, ValueError...
             raise PolicyLoadError(f'{directory} holds a SavedModel that does not load: '
-                                  f'{run_config.first_line(error)}') from error
+                                  f'{failures.first_line(error)}') from error
         try:
             metadata = json.loads(self._model.metadata.numpy().decode('utf-8'))
         except (AttributeError, ValueError) as error:
@@ -362,7 +363,7 @@ def saved_model_problem(directory):
             saved_model_pb2.SavedModel().ParseFromString(f.read())
     except (OSError, message.DecodeError) as error:
         return (f'{tf.saved_model.SAVED_MODEL_FILENAME_PB} does not parse '
-                f'({run_config.first_line(error)})')
+                f'({failures.first_line(error)})')
     variables = os.path.join(tf.saved_model.VARIABLES_DIRECTORY,
                              tf.saved_model.VARIABLES_FILENAME)
     problem = recovery.checkpoint_problem(os.path.join(directory, variables))

@@ -34,10 +34,10 @@ import tensorflow as tf
 from absl import logging
 
 from agents.runs import metrics, run_dir
+from agents.storage import failures
 
 CHECKPOINT_PREFIX = run_dir.CHECKPOINT_PREFIX
 CORRUPT_DIR = run_dir.CORRUPT_DIR
-ORPHANED_METRICS_FILE = run_dir.ORPHANED_METRICS_FILE
 _INDEX = re.compile(rf'{CHECKPOINT_PREFIX}-(\d+)\.index')
 
 
@@ -117,7 +117,7 @@ def checkpoint_problem(path):
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as error:  # The reader raises OpError, IndexError, ValueError...
-        return run_dir.one_line(error, limit=500)
+        return failures.one_line(error, limit=500)
     return None
 
 
@@ -255,7 +255,7 @@ def repair_metrics(path, restored_step):
             kept.append(line.data)
             records.append(record)
     if orphaned:
-        orphaned_path = os.path.join(os.path.dirname(path), ORPHANED_METRICS_FILE)
+        orphaned_path = os.path.join(os.path.dirname(path), run_dir.ORPHANED_METRICS_FILE)
         logging.warning('%s holds %d evaluation(s) past the restored checkpoint (step %d), whose '
                         'checkpoints did not survive; moved to %s.', path, len(orphaned),
                         restored_step, orphaned_path)

@@ -5,7 +5,7 @@ import os
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.runs import recovery
+from agents.runs import recovery, run_dir
 
 
 def make_checkpoints(directory, steps):
@@ -232,7 +232,7 @@ class RepairMetricsTest(absltest.TestCase):
         self.write('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
         self.assertEqual(recovery.repair_metrics(self.path, 1), [{'step': 1}])
         self.assertEqual(self.read(), '{"step": 1}\n')
-        self.assertEqual(self.read(recovery.ORPHANED_METRICS_FILE),
+        self.assertEqual(self.read(run_dir.ORPHANED_METRICS_FILE),
                          '{"step": 2}\n{"step": 3}\n')
 
     def test_other_lines_are_left_in_place(self):

@@ -21,6 +21,7 @@ from absl import logging
 
 from agents.runs import lease as lease_lib
 from agents.runs import run_dir
+from agents.storage import failures, file_io, locations
 
 # Upload order, first to last: what a later file refers to goes up before it.
 _LAST = (run_dir.METRICS_FILE,)
@@ -61,23 +62,23 @@ class StagedLogdir:
         self.read_only = read_only
         self.local = None
         self._lease = None
-        if not read_only and run_dir.scheme(url) == 'gs':
+        if not read_only and locations.scheme(url) == 'gs':
             self._lease = lease_lib.Lease(self.url, ttl_s=lease_ttl_s)
         elif not read_only:
             logging.warning('%s:// has no lease: nothing keeps a second trainer from writing %s '
-                            'at the same time.', run_dir.scheme(url), url)
+                            'at the same time.', locations.scheme(url), url)
         self._uploaded = {}  # Relative path: (size, mtime_ns) as last uploaded or downloaded.
         self._ignored = set(run_dir.TRIAL_FILES) | {run_dir.LEASE_FILE, run_dir.LOCK_FILE}
 
     def open(self):
         """Returns the local directory holding the run (empty for a new run)."""
         if not self.read_only:
-            run_dir.check_writable(self.url)
+            file_io.check_writable(self.url)
         try:
             if self._lease is not None:
                 _told_as_storage_error(self.url, self._lease.acquire)
             self.local = tempfile.mkdtemp(prefix='batchppo-run-')
-            copied = _told_as_storage_error(self.url, run_dir.download_tree, self.url,
+            copied = _told_as_storage_error(self.url, file_io.download_tree, self.url,
                                             self.local, skip=self._ignored)
         except BaseException:
             self.close(sync=False)
@@ -102,19 +103,19 @@ class StagedLogdir:
     def _sync(self):
         if self._lease is not None:
             self._lease.check()
-        local = {relative for relative in run_dir.list_files(self.local)
+        local = {relative for relative in file_io.list_files(self.local)
                  if relative not in self._ignored and '.tmp-' not in relative}
         changed = [relative for relative in local
                    if self._uploaded.get(relative) != self._stat(relative)]
         for relative in sorted(changed, key=_upload_order):
             stat = self._stat(relative)
-            run_dir.upload(os.path.join(self.local, *relative.split('/')),
-                           run_dir.join(self.url, relative))
+            file_io.upload(os.path.join(self.local, *relative.split('/')),
+                           locations.join(self.url, relative))
             self._uploaded[relative] = stat
         # Referring files go first, so that a cut leaves what recovery removes (data without
         # its index, variables without their program), never a reference to nothing.
         removed = sorted(set(self._uploaded) - local, key=_upload_order, reverse=True)
-        run_dir.delete([run_dir.join(self.url, relative) for relative in removed])
+        file_io.delete([locations.join(self.url, relative) for relative in removed])
         for relative in removed:
             del self._uploaded[relative]
 
@@ -133,7 +134,7 @@ class StagedLogdir:
 
 def _told_as_storage_error(url, function, *args, **kwargs):
     """`function(*args, **kwargs)`, its failures to reach `url` raised as StorageError."""
-    with run_dir.storage_errors(url):
+    with failures.storage_errors(url):
         return function(*args, **kwargs)
 
 
@@ -162,7 +163,7 @@ class LocalCopies:
             shutil.rmtree(os.path.dirname(local), ignore_errors=True)
 
     def _local(self, url):
-        local = os.path.join(tempfile.mkdtemp(prefix='batchppo-copy-'), run_dir.basename(url))
+        local = os.path.join(tempfile.mkdtemp(prefix='batchppo-copy-'), locations.basename(url))
         self._urls[local] = url.rstrip('/')
         return local
 
@@ -170,19 +171,19 @@ class LocalCopies:
         """`path`, or for a URL a local copy of the files under it whose first path component
         is in `include` (default all). A URL with no such files has no copy: it reads as a
         missing directory."""
-        if not run_dir.is_remote(path):
+        if not locations.is_remote(path):
             return path
         local = self._local(path)
-        for relative in sorted(_told_as_storage_error(path, run_dir.list_files, path)):
+        for relative in sorted(_told_as_storage_error(path, file_io.list_files, path)):
             if include is None or relative.split('/', 1)[0] in include:
-                _told_as_storage_error(path, run_dir.download, run_dir.join(path, relative),
+                _told_as_storage_error(path, file_io.download, locations.join(path, relative),
                                   os.path.join(local, *relative.split('/')))
         return local
 
     def output(self, path, replace=False):
         """`path`, or for a URL an empty local directory that `upload()` stores there, deleting
-        the URL's other files if `replace`. Check the URL with run_dir.check_writable first."""
-        if not run_dir.is_remote(path):
+        the URL's other files if `replace`. Check the URL with file_io.check_writable first."""
+        if not locations.is_remote(path):
             return path
         local = self._local(path)
         os.mkdir(local)
@@ -205,14 +206,14 @@ class LocalCopies:
 
 
 def stored_files(url):
-    """run_dir.list_files(url), its failures raised as StorageError."""
-    return _told_as_storage_error(url, run_dir.list_files, url)
+    """file_io.list_files(url), its failures raised as StorageError."""
+    return _told_as_storage_error(url, file_io.list_files, url)
 
 
 def _upload_directory(local, url, replace):
-    files = run_dir.list_files(local)
+    files = file_io.list_files(local)
     for relative in sorted(files, key=lambda relative: (relative.endswith(_REFERRING), relative)):
-        run_dir.upload(os.path.join(local, *relative.split('/')), run_dir.join(url, relative))
+        file_io.upload(os.path.join(local, *relative.split('/')), locations.join(url, relative))
     if replace:
-        run_dir.delete([run_dir.join(url, relative) for relative in run_dir.list_files(url)
+        file_io.delete([locations.join(url, relative) for relative in file_io.list_files(url)
                         if relative not in files])

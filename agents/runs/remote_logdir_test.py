@@ -7,8 +7,9 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, recovery, remote_logdir, run_dir
 from agents.runs import lease as lease_lib
+from agents.runs import recovery, remote_logdir, run_dir
+from agents.storage import failures, file_io, gcs_testing, locations
 
 URL = 'gs://runs/run'
 
@@ -63,7 +64,7 @@ class StagedLogdirTest(absltest.TestCase):
     def record_uploads(self):
         """The relative paths uploaded and deleted, in order, while the context is open."""
         calls = []
-        upload, delete = run_dir.upload, run_dir.delete
+        upload, delete = file_io.upload, file_io.delete
 
         def recording_upload(local_path, url):
             calls.append(('upload', url[len(URL) + 1:]))
@@ -74,8 +75,8 @@ class StagedLogdirTest(absltest.TestCase):
             calls.extend(('delete', path[len(URL) + 1:]) for path in paths)
             delete(paths)
 
-        self.enter_context(mock.patch.object(run_dir, 'upload', recording_upload))
-        self.enter_context(mock.patch.object(run_dir, 'delete', recording_delete))
+        self.enter_context(mock.patch.object(file_io, 'upload', recording_upload))
+        self.enter_context(mock.patch.object(file_io, 'delete', recording_delete))
         return calls
 
     def test_open_an_empty_prefix(self):
@@ -199,7 +200,7 @@ class StagedLogdirTest(absltest.TestCase):
             write(resumed, bucket)
             checkpoints = os.path.join(resumed, 'checkpoints')
             recovery.clean_partial_writes(resumed, checkpoints, os.path.join(resumed, 'policy'))
-            names = set(run_dir.list_files(resumed))
+            names = set(file_io.list_files(resumed))
             where = f'cut after {calls[:cut]}'
             steps = set()
             for name in names:
@@ -231,9 +232,9 @@ class StagedLogdirTest(absltest.TestCase):
         write_remote = {'train.log': b'trial output\n', 'result.json': b'{"ok": true}',
                         'config.gin': b'x', 'checkpoints/ckpt-1.index': b'i'}
         for relative, data in write_remote.items():
-            run_dir.write_bytes(run_dir.join(URL, relative), data)
+            file_io.write_bytes(locations.join(URL, relative), data)
         staged, local = self.open()
-        self.assertEqual(run_dir.list_files(local), {'config.gin': 1,
+        self.assertEqual(file_io.list_files(local), {'config.gin': 1,
                                                      'checkpoints/ckpt-1.index': 1})
         # The trainer removes its checkpoint and writes files of the trial's names.
         os.remove(os.path.join(local, 'checkpoints', 'ckpt-1.index'))
@@ -252,8 +253,8 @@ class StagedLogdirTest(absltest.TestCase):
         self.assertNotIn(run_dir.LEASE_FILE, self.run_objects())
         second, copy = self.open()
         self.assertNotEqual(copy, local)
-        self.assertEqual({relative: run_dir.read_bytes(os.path.join(copy, relative))
-                          for relative in run_dir.list_files(copy)}, SAVE)
+        self.assertEqual({relative: file_io.read_bytes(os.path.join(copy, relative))
+                          for relative in file_io.list_files(copy)}, SAVE)
         # Downloaded files are not uploaded again.
         calls = self.record_uploads()
         second.sync()
@@ -278,7 +279,7 @@ class StagedLogdirTest(absltest.TestCase):
 
     def test_open_a_missing_bucket(self):
         staged = remote_logdir.StagedLogdir('gs://missing-bucket/run', lease_ttl_s=4.0)
-        with self.assertRaises(run_dir.StorageError) as raised:
+        with self.assertRaises(failures.StorageError) as raised:
             staged.open()
         self.assertIn('missing-bucket', str(raised.exception))
         self.assertIn('does not exist', str(raised.exception))
@@ -293,7 +294,7 @@ class StagedLogdirTest(absltest.TestCase):
         self.addCleanup(holder.release)
         write_remote = {'config.gin': b'x'}
         for relative, data in write_remote.items():
-            run_dir.write_bytes(run_dir.join(URL, relative), data)
+            file_io.write_bytes(locations.join(URL, relative), data)
         staged = remote_logdir.StagedLogdir(URL, lease_ttl_s=4.0)
         with self.assertRaisesRegex(lease_lib.LeaseHeld, 'machine-b'):
             staged.open()
@@ -307,7 +308,7 @@ class StagedLogdirTest(absltest.TestCase):
         staged = remote_logdir.StagedLogdir(URL, lease_ttl_s=4.0)
         with mock.patch.object(lease_lib.Lease, 'acquire', side_effect=exceptions.Forbidden(
                 'no storage.objects.create access to runs/run/.lease')):
-            with self.assertRaisesRegex(run_dir.StorageError, 'permission denied'):
+            with self.assertRaisesRegex(failures.StorageError, 'permission denied'):
                 staged.open()
         self.assertIsNone(staged.local)
         self.assertEqual(self.staging_dirs(), [])
@@ -316,15 +317,15 @@ class StagedLogdirTest(absltest.TestCase):
         from google.api_core import exceptions
         staged, local = self.open()
         write(local, {'config.gin': b'x', 'metrics.jsonl': b'{"step": 1}\n'})
-        upload = run_dir.upload
+        upload = file_io.upload
 
         def failing_upload(local_path, url):
             if url.endswith('metrics.jsonl'):
                 raise exceptions.ServiceUnavailable('try again\nlater')
             upload(local_path, url)
 
-        with mock.patch.object(run_dir, 'upload', failing_upload):
-            with self.assertRaises(run_dir.StorageError) as raised:
+        with mock.patch.object(file_io, 'upload', failing_upload):
+            with self.assertRaises(failures.StorageError) as raised:
                 staged.sync()
         self.assertIn('cannot access gs://runs/run', str(raised.exception))
         self.assertNotIn('\n', str(raised.exception))
@@ -350,9 +351,9 @@ class StagedLogdirTest(absltest.TestCase):
         self.assertIn('machine-b', self.run_objects()[run_dir.LEASE_FILE].decode())
 
     def test_read_only(self):
-        run_dir.write_bytes(run_dir.join(URL, 'metrics.jsonl'), b'{"step": 1}\n')
+        file_io.write_bytes(locations.join(URL, 'metrics.jsonl'), b'{"step": 1}\n')
         staged, local = self.open(read_only=True)
-        self.assertEqual(run_dir.list_files(local), {'metrics.jsonl': 12})
+        self.assertEqual(file_io.list_files(local), {'metrics.jsonl': 12})
         write(local, {'config.gin': b'x'})
         staged.close()
         self.assertEqual(self.run_objects(), {'metrics.jsonl': b'{"step": 1}\n'})

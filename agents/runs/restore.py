@@ -31,6 +31,7 @@ from agents.runs import (
     run_dir,
     run_settings,  # noqa: F401 (registers train.*, read from run configs)
 )
+from agents.storage import failures, locations
 
 ConfigError = run_config.ConfigError
 # Runs written before `train.algorithm` was a binding trained PPO (a binding, so this module
@@ -66,7 +67,7 @@ class Environment:
             return self.factory(env_id, **make_kwargs)()
         except Exception as error:  # The environment's own errors: bad id, kwargs, wrappers...
             raise ConfigError(f'cannot make environment {env_id or self.env_id!r}: '
-                              f'{run_config.first_line(error)}') from error
+                              f'{failures.first_line(error)}') from error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ def find_checkpoint(logdir, checkpoint=None):
     checkpoint = str(checkpoint)
     by_step = re.fullmatch(r'\d+', checkpoint) is not None
     path = (recovery.checkpoint_path(directory, checkpoint) if by_step
-            else run_config.resolve_path(checkpoint))
+            else locations.resolve(checkpoint))
     if not os.path.isfile(f'{path}.index'):
         raise ConfigError(f'checkpoint {checkpoint} not found (no {path}.index)')
     if not by_step:

@@ -88,7 +88,7 @@ class RestoreTest(absltest.TestCase):
         checkpoints = tf.train.get_checkpoint_state(
             os.path.join(self.logdir, run_dir.CHECKPOINT_DIR)).all_model_checkpoint_paths
         self.assertEqual([path.rsplit('-', 1)[-1] for path in checkpoints], ['512', '768'])
-        policy_dir = os.path.join(self.logdir, policy_export.POLICY_DIR)
+        policy_dir = os.path.join(self.logdir, run_dir.POLICY_DIR)
         self.assertEqual(sorted(os.listdir(policy_dir)), ['512', '768'])
         policy = policy_export.SavedPolicy(os.path.join(policy_dir, '768'))
         self.assertEqual(policy.step, 768)
@@ -112,7 +112,7 @@ class RestoreTest(absltest.TestCase):
     def test_runs_of_older_code_restore(self):
         older = os.path.join(self.create_tempdir().full_path, 'run')
         shutil.copytree(self.logdir, older)
-        path = os.path.join(older, run_config.OPERATIVE_CONFIG_FILE)
+        path = os.path.join(older, run_dir.OPERATIVE_CONFIG_FILE)
         with open(path) as f:
             lines = [line for line in f if not line.startswith('train.algorithm')]
         # Older code took these from gin; the run's code passes them itself now.
@@ -126,7 +126,7 @@ class RestoreTest(absltest.TestCase):
     def test_an_unregistered_algorithm_is_named(self):
         other = os.path.join(self.create_tempdir().full_path, 'run')
         shutil.copytree(self.logdir, other)
-        path = os.path.join(other, run_config.OPERATIVE_CONFIG_FILE)
+        path = os.path.join(other, run_dir.OPERATIVE_CONFIG_FILE)
         with open(path) as f:
             config = f.read().replace('train.algorithm = @PPO', 'train.algorithm = @SAC')
         with open(path, 'w') as f:
@@ -246,7 +246,7 @@ class DamagedRunTest(absltest.TestCase):
     def test_checkpoint_of_a_run_of_another_configuration_is_refused(self):
         # Same shapes, another activation: it would restore and act wrongly.
         other = self.copy_run('other')
-        path = os.path.join(other, run_config.OPERATIVE_CONFIG_FILE)
+        path = os.path.join(other, run_dir.OPERATIVE_CONFIG_FILE)
         with open(path) as f:
             config = f.read()
         self.assertIn("FeedForwardGaussianPolicy.activation = 'tanh'", config)
@@ -265,7 +265,7 @@ class DamagedRunTest(absltest.TestCase):
     def test_config_gin_is_compared_first(self):
         other = self.copy_run('other')
         for logdir, seed in ((self.logdir, 1), (other, 2)):
-            with open(os.path.join(logdir, run_config.CONFIG_FILE), 'w') as f:
+            with open(os.path.join(logdir, run_dir.CONFIG_FILE), 'w') as f:
                 f.write(f'train.seed = {seed}\n')
         with self.assertRaisesRegex(run_config.ConfigError, r'-train.seed = 1\n\+train.seed = 2'):
             restore.restore_agent(self.logdir, checkpoint=self.checkpoint(512, logdir=other))

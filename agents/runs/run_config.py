@@ -6,7 +6,6 @@ problem, and store the parsed configuration in the logdir so that a rerun resume
 belongs to.
 """
 
-import ast
 import difflib
 import fcntl
 import json
@@ -22,12 +21,14 @@ import time
 import gin
 from absl import logging
 
-from agents.runs import run_dir
+from agents.runs import gin_text, run_dir
+from agents.storage import failures, file_io, locations
 
+# The run loop's names for these (agents/runs/loop.py); everyone else imports their modules.
 CONFIG_FILE = run_dir.CONFIG_FILE
 OPERATIVE_CONFIG_FILE = run_dir.OPERATIVE_CONFIG_FILE
-POPULATION_CONFIG_FILE = run_dir.POPULATION_CONFIG_FILE
-LOCK_FILE = run_dir.LOCK_FILE
+first_line = failures.first_line
+with_bindings = gin_text.with_bindings
 # The one binding a rerun may change: the budget, raised (see `check_logdir`).
 BUDGET_BINDING = 'train.total_steps'
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,16 +46,9 @@ class ConfigError(Exception):
     """A mistake in the user's flags, gin files or logdir, told in one sentence."""
 
 
-caller_directory = run_dir.caller_directory
-# A user-given path: URLs unchanged, relative local paths taken from the caller's directory.
-resolve_path = run_dir.resolve
-# The first line of an error's message, or its type.
-first_line = run_dir.first_line
-
-
 def find_gin_file(path):
     """Resolves a gin file against the caller's directory, then the bundled configs."""
-    candidates = [resolve_path(path)]
+    candidates = [locations.resolve(path)]
     if not os.path.isabs(path):
         candidates += [os.path.join(PACKAGE_ROOT, path), os.path.join(BUNDLED_CONFIGS, path)]
     for candidate in candidates:
@@ -63,7 +57,7 @@ def find_gin_file(path):
     raise ConfigError(f'gin file {path!r} not found (looked at {", ".join(candidates)})')
 
 
-def load(gin_files, gin_bindings, seed=None, seed_binding='train.seed'):
+def load(gin_files, gin_bindings, seed=None, seed_binding=run_dir.SEED_BINDING):
     """Parses the gin files and bindings; returns the parsed configuration as text.
 
     Modules whose configurables the files name must be imported before calling this.
@@ -79,7 +73,7 @@ def load(gin_files, gin_bindings, seed=None, seed_binding='train.seed'):
         if seed is not None:
             gin.bind_parameter(seed_binding, seed)
     except Exception as error:  # Gin raises many types; all of them are user errors here.
-        text = run_dir.one_line(error)
+        text = failures.one_line(error)
         refused = re.match(r"Configurable '([\w.]+)' has denylisted kwarg '(\w+)'\. ?(.*)", text)
         if refused:
             name, argument, where = refused.groups()
@@ -108,15 +102,15 @@ def check_logdir(logdir, config, config_file=CONFIG_FILE):
         _check_unlocked(logdir)  # First: what a live trainer is writing may look like anything.
     if os.path.isfile(config_path):
         _check_same_run(logdir, read_text(config_path), config)
-        if run_dir.unwritable_ancestor(logdir):
+        if locations.unwritable_ancestor(logdir):
             raise ConfigError(f'cannot write to logdir {logdir}: it is not writable (a '
                               'read-only file system or missing permissions)')
         return True
-    if os.path.isdir(logdir) and set(os.listdir(logdir)) - {LOCK_FILE}:
+    if os.path.isdir(logdir) and set(os.listdir(logdir)) - {run_dir.LOCK_FILE}:
         raise ConfigError(f'logdir {logdir} is not empty and holds no {config_file}: not a '
                           f'BatchPPO {"population" if config_file != CONFIG_FILE else "run"}; '
                           'choose another --logdir')
-    unwritable = run_dir.unwritable_ancestor(logdir)
+    unwritable = locations.unwritable_ancestor(logdir)
     if unwritable:
         raise ConfigError(f'cannot write to logdir {logdir}: {unwritable} is not a writable '
                           'directory')
@@ -157,60 +151,13 @@ def budget_change(stored, config):
     Compared statement by statement (a binding with its continuation lines), the value parsed
     as a Python literal, so that its formatting (spaces, digit separators) does not matter.
     """
-    stored_rest, old = _split_budget(stored)
-    config_rest, new = _split_budget(config)
+    stored_rest, old = gin_text.split_binding(stored, BUDGET_BINDING)
+    config_rest, new = gin_text.split_binding(config, BUDGET_BINDING)
     if stored_rest is None or config_rest is None or stored_rest != config_rest:
         return None
     if not all(isinstance(value, int) and not isinstance(value, bool) for value in (old, new)):
         return None
     return old, new
-
-
-def _split_budget(config):
-    """(the statements of `config` but its single `train.total_steps` binding, that binding's
-    value); (None, None) without exactly one such binding or with a value that is no literal."""
-    rest, values = [], []
-    for statement in _statements(config):
-        key, equals, value = '\n'.join(statement).partition('=')
-        if equals and key.strip() == BUDGET_BINDING:
-            values.append(value.replace('\\\n', ' '))
-        else:
-            rest.append(statement)
-    if len(values) != 1:
-        return None, None
-    try:
-        return rest, ast.literal_eval(values[0].strip())
-    except (ValueError, SyntaxError):
-        return None, None
-
-
-def with_bindings(config, bindings, remove=()):
-    """`config` (as `gin.config_str` writes it) with `bindings` ({'scope.name': value}) set,
-    each in place of its statement if there is one, else added at the end, and the statements of
-    `remove` dropped: e.g. the configuration of a population's member as a lone run's."""
-    statements = _statements(config)
-    names = [statement[0].partition('=')[0].strip() if '=' in statement[0] else None
-             for statement in statements]
-    lines = []
-    for statement, name in zip(statements, names, strict=True):
-        if name in remove:
-            continue
-        if name in bindings:
-            statement = [f'{name} = {bindings[name]!r}']
-        lines += statement
-    lines += [f'{name} = {value!r}' for name, value in bindings.items() if name not in names]
-    return '\n'.join(lines).rstrip('\n') + '\n'
-
-
-def _statements(config):
-    """The statements of `config`, each a list of its lines (gin indents continuation lines)."""
-    statements = []
-    for line in config.splitlines():
-        if statements and line[:1].isspace():
-            statements[-1].append(line)
-        else:
-            statements.append([line])
-    return statements
 
 
 def config_difference(stored, config, stored_name, config_name):
@@ -263,7 +210,7 @@ class LogdirLock:
     """
 
     def __init__(self, logdir):
-        self.path = os.path.join(logdir, LOCK_FILE)
+        self.path = os.path.join(logdir, run_dir.LOCK_FILE)
         try:
             os.makedirs(logdir, exist_ok=True)
             self._file = open(self.path, 'a+', encoding='utf-8')  # Held open: it is the lock.
@@ -275,7 +222,7 @@ class LogdirLock:
         except BlockingIOError:
             holder = _read_holder(self._file)
             self._file.close()
-            raise ConfigError(run_dir.in_use_message(logdir, holder)) from None
+            raise ConfigError(in_use_message(logdir, holder)) from None
         self.previous_holder = _read_holder(self._file)
         self.holder = {'pid': os.getpid(), 'host': socket.gethostname(),
                        'started': time.strftime('%Y-%m-%d %H:%M:%S %z'),
@@ -304,7 +251,7 @@ def lock_logdir(logdir):
 
 def _check_unlocked(logdir):
     """Raises a ConfigError naming the holder if a live process holds the logdir's lock."""
-    path = os.path.join(logdir, LOCK_FILE)
+    path = os.path.join(logdir, run_dir.LOCK_FILE)
     try:
         with open(path, encoding='utf-8') as f:
             try:
@@ -312,9 +259,23 @@ def _check_unlocked(logdir):
             except BlockingIOError:
                 holder = _read_holder(f)
                 if holder.get('pid') != os.getpid():  # Not the lock of this very process.
-                    raise ConfigError(run_dir.in_use_message(logdir, holder)) from None
+                    raise ConfigError(in_use_message(logdir, holder)) from None
     except FileNotFoundError:
         pass
+
+
+def in_use_message(logdir, holder, how=''):
+    """Why `logdir` is refused while another trainer holds it (`holder`: the pid, host,
+    start time and command line its lock or lease records; `how`: how it holds it)."""
+    who = f'pid {holder.get("pid", "?")}'
+    if holder.get('host'):
+        who += f' on {holder["host"]}'
+    if holder.get('started'):
+        who += f' since {holder["started"]}'
+    if holder.get('command'):
+        who += f' ({holder["command"]})'
+    return (f'logdir {logdir} is in use by another trainer: {who}{how}. Wait for it to finish '
+            'or stop it, or choose another --logdir.')
 
 
 def _read_holder(file):
@@ -347,4 +308,4 @@ def replace_directory(source, destination):
 
 def write_atomic(path, text):
     """Writes `text` so that readers see the old file or the new one, never a part."""
-    run_dir.write_text(path, text)
+    file_io.write_text(path, text)

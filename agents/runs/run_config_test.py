@@ -8,7 +8,8 @@ from unittest import mock
 import gin
 from absl.testing import absltest
 
-from agents.runs import run_config
+from agents.runs import run_config, run_dir
+from agents.storage import locations
 
 
 @gin.configurable
@@ -42,7 +43,7 @@ class LoadTest(absltest.TestCase):
         self.dir.create_file('task.gin', 'configurable_for_test.value = 5\n')
         with mock.patch.dict(os.environ, {'BUILD_WORKING_DIRECTORY': self.dir.full_path}):
             run_config.load(['task.gin'], [])
-            self.assertEqual(run_config.resolve_path('logs/x'),
+            self.assertEqual(locations.resolve('logs/x'),
                              os.path.join(self.dir.full_path, 'logs', 'x'))
         self.assertEqual(configurable_for_test(), 5)
 
@@ -88,7 +89,7 @@ class PrepareLogdirTest(absltest.TestCase):
     def test_new_logdir_stores_the_config(self):
         logdir = os.path.join(self.create_tempdir().full_path, 'a', 'b')
         self.assertEqual(run_config.prepare_logdir(logdir, 'x = 1\n'), logdir)
-        with open(os.path.join(logdir, run_config.CONFIG_FILE)) as f:
+        with open(os.path.join(logdir, run_dir.CONFIG_FILE)) as f:
             self.assertEqual(f.read(), 'x = 1\n')
 
     def test_same_config_resumes(self):
@@ -105,7 +106,7 @@ class PrepareLogdirTest(absltest.TestCase):
                                     r'-x = 1(.|\n)*\+x = 2'):
             run_config.prepare_logdir(logdir.full_path, 'x = 2\n')
         self.assertEqual(sorted(os.listdir(logdir.full_path)), before)
-        with open(os.path.join(logdir.full_path, run_config.CONFIG_FILE)) as f:
+        with open(os.path.join(logdir.full_path, run_dir.CONFIG_FILE)) as f:
             self.assertEqual(f.read(), 'x = 1\n')
 
     def test_config_difference(self):
@@ -153,7 +154,7 @@ class BudgetTest(absltest.TestCase):
         return logdir.full_path
 
     def read_config(self, logdir):
-        with open(os.path.join(logdir, run_config.CONFIG_FILE)) as f:
+        with open(os.path.join(logdir, run_dir.CONFIG_FILE)) as f:
             return f.read()
 
     def test_raised_budget_is_resumed_with_a_warning_and_stored(self):
@@ -217,26 +218,6 @@ class BudgetTest(absltest.TestCase):
         moved = stored.replace('train.total_steps = 1000\n', '').replace(
             "     'ClipAction']", "     'ClipAction']\n    train.total_steps = 5000")
         self.assertIsNone(run_config.budget_change(stored, moved))
-
-
-class WithBindingsTest(absltest.TestCase):
-    """A population member's configuration from the population's."""
-
-    def test_sets_in_place_adds_and_removes_whole_statements(self):
-        config = ('# Parameters for train:\n'
-                  'train.population = 2\n'
-                  'train.population_members = \\\n'
-                  "    [{'PPO.learning_rate': 0.001}, {}]\n"
-                  'train.seed = 0\n'
-                  'PPO.learning_rate = 0.0003\n')
-        member = run_config.with_bindings(
-            config, {'train.seed': 4, 'PPO.learning_rate': 0.001, 'PPO.clip_ratio': 0.1},
-            remove=('train.population', 'train.population_members'))
-        self.assertEqual(member, '# Parameters for train:\n'
-                                 'train.seed = 4\n'
-                                 'PPO.learning_rate = 0.001\n'
-                                 'PPO.clip_ratio = 0.1\n')
-        self.assertEqual(run_config.with_bindings(config, {}), config)
 
 
 class LogdirLockTest(absltest.TestCase):

@@ -13,6 +13,7 @@ import tensorflow as tf
 from agents.algorithms import algorithm as algorithm_lib
 from agents.algorithms import registry
 from agents.runs import environments, faults, run_config
+from agents.storage import failures
 
 # A lone run of at most this many environments compiles without XLA by default: XLA's
 # compilation delays its first returns more than it speeds its iterations.
@@ -264,7 +265,7 @@ def from_gin(**overrides):
         raise run_config.ConfigError(f'train: {error}') from None
     except RuntimeError as error:  # Gin's error for a required setting left unbound.
         raise run_config.ConfigError(
-            f'{run_config.first_line(error)}: bind them in the config') from None
+            f'{failures.first_line(error)}: bind them in the config') from None
     settings.validate()
     return settings
 

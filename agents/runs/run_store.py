@@ -22,15 +22,14 @@ from absl import logging
 from agents.runs import (
     checkpoint_snapshot,
     faults,
+    gin_text,
     policy_export,
     progress,
     recovery,
     run_config,
     run_dir,
 )
-
-# The bindings that make a population, which its members' configurations do not have.
-POPULATION_BINDINGS = ('train.population', 'train.population_members')
+from agents.storage import failures
 
 
 class RunDirectory:
@@ -61,7 +60,7 @@ class RunDirectory:
         """`config` (the population's, as gin writes it) as this run's own."""
         if self.bindings is None:
             return config
-        return run_config.with_bindings(config, self.bindings, remove=POPULATION_BINDINGS)
+        return gin_text.with_bindings(config, self.bindings, remove=run_dir.POPULATION_BINDINGS)
 
     def write_member_config(self):
         """Writes a population member's `config.gin`: the population's configuration as a
@@ -185,7 +184,7 @@ class RunStore:
                        tf.train.load_checkpoint(path).get_variable_to_shape_map())
         except (tf.errors.OpError, ValueError, AssertionError) as error:
             raise faults.TrainingError(f'cannot restore checkpoint {path}: '
-                                       f'{run_config.first_line(error)}') from error
+                                       f'{failures.first_line(error)}') from error
         steps = int(run.checkpoint.env_steps)
         if run.corrupt:
             logging.warning('Resumed from %s at step %d: the newest checkpoint that reads '

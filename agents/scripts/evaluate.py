@@ -21,7 +21,8 @@ from agents.scripts import lean_start, log_noise  # import no TensorFlow
 # TensorFlow's start-up lines only when asked for; matplotlib, which Keras would load, not at all.
 with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-    from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
+    from agents.runs import policy_export, remote_logdir, restore, run_config
+    from agents.storage import failures, file_io, locations
     from agents.tools import evaluation
 
 flags.DEFINE_string('policy', None, 'Directory of an exported policy (a SavedModel).')
@@ -38,10 +39,10 @@ FLAGS = flags.FLAGS
 
 def local_output(copies, output):
     """Where to write `output`: itself, or for a URL a local file that `copies` uploads."""
-    if not run_dir.is_remote(output):
+    if not locations.is_remote(output):
         return output
     directory, name = output.rsplit('/', 1)
-    run_dir.check_writable(directory)
+    file_io.check_writable(directory)
     return os.path.join(copies.output(directory), name)
 
 
@@ -61,7 +62,7 @@ def load_policy(copies):
     if FLAGS.policy:
         if FLAGS.checkpoint:
             raise run_config.ConfigError('--checkpoint goes with --logdir, not --policy')
-        directory = run_config.resolve_path(FLAGS.policy)
+        directory = locations.resolve(FLAGS.policy)
         try:
             policy = policy_export.SavedPolicy(copies.input(directory))
         except policy_export.PolicyLoadError as error:
@@ -73,7 +74,7 @@ def load_policy(copies):
         spaces = policy.observation_space, policy.action_space
         source = {'policy': directory, 'step': policy.step}
     else:
-        logdir = run_config.resolve_path(FLAGS.logdir)
+        logdir = locations.resolve(FLAGS.logdir)
         run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
                                     FLAGS.checkpoint)
         if run.fallback_warning:
@@ -107,12 +108,12 @@ def evaluate_policy(copies):
         if FLAGS.num_episodes < 1:
             raise run_config.ConfigError(
                 f'--num_episodes must be positive, got {FLAGS.num_episodes}')
-        output = run_config.resolve_path(FLAGS.output) if FLAGS.output else None
+        output = locations.resolve(FLAGS.output) if FLAGS.output else None
         if output:
             output = local_output(copies, output)
             check_output(output)
         policy, env, source = load_policy(copies)
-    except (run_config.ConfigError, run_dir.StorageError) as error:
+    except (run_config.ConfigError, failures.StorageError) as error:
         sys.exit(f'evaluate: error: {copies.named(error)}')
     try:
         episodes = []
@@ -128,7 +129,7 @@ def evaluate_policy(copies):
         run_config.write_atomic(output, text)
         try:
             copies.upload()
-        except run_dir.StorageError as error:
+        except failures.StorageError as error:
             sys.exit(f'evaluate: error: {error}')
     sys.stdout.write(text)
 

@@ -7,8 +7,8 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, flagsaver
 
-from agents.runs import gcs_testing, run_dir
 from agents.scripts import evaluate, testing_utils
+from agents.storage import file_io, gcs_testing
 
 
 def run_with_bucket(emulator, tmpdir, *args):
@@ -114,7 +114,7 @@ class EvaluateTest(absltest.TestCase):
     def test_policy_and_run_in_a_bucket(self):
         emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
         tmpdir = self.create_tempdir().full_path
-        run_dir.upload_tree(self.logdir, 'gs://runs/run')
+        file_io.upload_tree(self.logdir, 'gs://runs/run')
         by_policy = run_with_bucket(emulator, tmpdir, '--policy=gs://runs/run/policy/512',
                                     '--num_episodes=2', '--seed=3',
                                     '--output=gs://runs/eval/metrics.json')

@@ -19,6 +19,7 @@ from agents.scripts import lean_start, log_noise  # import no TensorFlow
 with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
     from agents.runs import policy_export, remote_logdir, restore, run_config, run_dir
+    from agents.storage import failures, file_io, locations
 
 flags.DEFINE_string('logdir', None, 'Log directory of a training run.')
 flags.DEFINE_string('checkpoint', None, 'Checkpoint to export: a step number of the run or a '
@@ -31,8 +32,8 @@ FLAGS = flags.FLAGS
 
 def check_outdir(outdir):
     """Fails unless `outdir` is free, an empty directory or an earlier export."""
-    if run_dir.is_remote(outdir):
-        run_dir.check_writable(outdir)
+    if locations.is_remote(outdir):
+        file_io.check_writable(outdir)
         stored = remote_logdir.stored_files(outdir)
         if stored and 'saved_model.pb' not in stored:
             raise run_config.ConfigError(f'outdir {outdir} holds other files than an exported '
@@ -45,7 +46,7 @@ def check_outdir(outdir):
         raise run_config.ConfigError(f'outdir {outdir} holds other files than an exported '
                                      'policy; choose another --outdir')
     # The export is written beside outdir and renamed into place.
-    unwritable = run_dir.unwritable_ancestor(os.path.dirname(outdir))
+    unwritable = locations.unwritable_ancestor(os.path.dirname(outdir))
     if unwritable:
         raise run_config.ConfigError(f'cannot write to outdir {outdir}: {unwritable} is not a '
                                      'writable directory')
@@ -64,8 +65,8 @@ def export_policy(copies):
     try:
         if not FLAGS.logdir:
             raise run_config.ConfigError('--logdir is required')
-        logdir = run_config.resolve_path(FLAGS.logdir)
-        outdir = run_config.resolve_path(FLAGS.outdir) if FLAGS.outdir else None
+        logdir = locations.resolve(FLAGS.logdir)
+        outdir = locations.resolve(FLAGS.outdir) if FLAGS.outdir else None
         if outdir:
             check_outdir(outdir)
         run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
@@ -73,16 +74,16 @@ def export_policy(copies):
         if run.fallback_warning:
             logging.warning('%s', copies.named(run.fallback_warning))
         if outdir is None:
-            outdir = run_dir.join(logdir, policy_export.POLICY_DIR, str(run.step))
+            outdir = locations.join(logdir, run_dir.POLICY_DIR, str(run.step))
             check_outdir(outdir)
         local_outdir = copies.output(outdir, replace=True)
-    except (run_config.ConfigError, run_dir.StorageError) as error:
+    except (run_config.ConfigError, failures.StorageError) as error:
         sys.exit(f'export: error: {copies.named(error)}')
     exporter = policy_export.PolicyExporter(run.agent, run.observation_space, run.action_space)
     exporter.export(local_outdir, step=run.step, config=run.config)
     try:
         copies.upload()
-    except run_dir.StorageError as error:
+    except failures.StorageError as error:
         sys.exit(f'export: error: {error}')
     logging.info('Exported the policy of %s (step %d) to %s.', copies.named(run.checkpoint),
                  run.step, outdir)

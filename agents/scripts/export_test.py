@@ -6,8 +6,9 @@ import tempfile
 import numpy as np
 from absl.testing import absltest, flagsaver
 
-from agents.runs import gcs_testing, policy_export, run_dir
+from agents.runs import policy_export
 from agents.scripts import export, testing_utils
+from agents.storage import file_io, gcs_testing
 
 
 def observations(count):
@@ -100,9 +101,9 @@ class ExportTest(absltest.TestCase):
     def test_run_in_a_bucket_exports_into_it(self):
         emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
         tmpdir = self.create_tempdir().full_path
-        run_dir.upload_tree(self.logdir, 'gs://runs/run')
+        file_io.upload_tree(self.logdir, 'gs://runs/run')
         stale = 'gs://runs/run/policy/256/variables/variables.data-00001-of-00002'
-        run_dir.write_bytes(stale, b'of an earlier export')
+        file_io.write_bytes(stale, b'of an earlier export')
         result = run_with_bucket(emulator, tmpdir, '--logdir=gs://runs/run', '--checkpoint=256')
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertEqual(result.stdout.strip(), 'gs://runs/run/policy/256')  # The default.
@@ -110,7 +111,7 @@ class ExportTest(absltest.TestCase):
         self.assertIn('run/policy/256/saved_model.pb', stored)
         self.assertNotIn(stale[len('gs://runs/'):], stored)  # The earlier export is replaced.
         local = os.path.join(self.create_tempdir().full_path, '256')
-        run_dir.download_tree('gs://runs/run/policy/256', local)
+        file_io.download_tree('gs://runs/run/policy/256', local)
         exported = policy_export.SavedPolicy(local)
         by_trainer = policy_export.SavedPolicy(os.path.join(self.logdir, 'policy', '256'))
         self.assertEqual(exported.step, 256)
@@ -137,7 +138,7 @@ class ExportTest(absltest.TestCase):
         self.assertEqual(testing_utils.snapshot(self.logdir), before)
         self.assertEmpty(testing_utils.local_copies(tmpdir))
         # A bucket directory of other files is refused, as a local one is.
-        run_dir.write_bytes('gs://runs/foreign/notes.txt', b'keep')
+        file_io.write_bytes('gs://runs/foreign/notes.txt', b'keep')
         self.assert_fails('outdir gs://runs/foreign holds other files than an exported policy',
                           logdir=self.logdir, outdir='gs://runs/foreign')
         self.assertEqual(emulator.objects('runs'), {'foreign/notes.txt': b'keep'})

@@ -3,7 +3,7 @@
 Keras, which TensorFlow loads, imports matplotlib.pyplot whenever matplotlib is installed, for
 its image-gallery plots alone; pyplot is among the largest parts of loading TensorFlow
 (benchmarks/README.md, "Start-up"). BatchPPO installs matplotlib for the report's figures
-(pipelines/plots.py), which the binaries do not draw. `without_matplotlib()` makes matplotlib
+(pipelines/report/plots.py), which the binaries do not draw. `without_matplotlib()` makes matplotlib
 look absent while its block imports (Keras checks, and leaves its gallery without pyplot), then
 present again: a later `import matplotlib` in the same process loads it as usual.
 """

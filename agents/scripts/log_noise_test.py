@@ -12,8 +12,9 @@ import tensorflow as tf
 from absl import logging as absl_logging
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, run_config, run_dir
+from agents.runs import run_config
 from agents.scripts import log_noise, testing_utils
+from agents.storage import file_io, gcs_testing
 
 
 class LogNoiseTest(absltest.TestCase):
@@ -70,10 +71,10 @@ class LogNoiseTest(absltest.TestCase):
 
     def test_beam_gcs_listing_lines_are_dropped(self):
         with gcs_testing.GcsEmulator(buckets=('runs',)):
-            run_dir.write_text('gs://runs/run/config.gin', 'x = 1\n')
+            file_io.write_text('gs://runs/run/config.gin', 'x = 1\n')
 
             def listing():
-                run_dir.list_files('gs://runs/run')
+                file_io.list_files('gs://runs/run')
 
             self.assertIn('Finished listing 1 files', self.capture(listing, filtered=False))
             self.assertEqual(self.capture(listing, filtered=True), '')

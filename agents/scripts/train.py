@@ -37,6 +37,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from agents.runs import xla_cache  # noqa: E402 (imports no TensorFlow)
 from agents.scripts import lean_start, log_noise  # noqa: E402 (import no TensorFlow)
+from agents.storage import failures, locations  # noqa: E402 (import no TensorFlow)
 
 # XLA's compilation cache is a setting of the process that TensorFlow reads as it loads.
 try:
@@ -101,15 +102,15 @@ def _main(signals):
         loop.configure_threads()
         if _xla_cache_error is not None:
             raise run_config.ConfigError(f'{xla_cache.ENV_VAR}: {_xla_cache_error}')
-        logdir = run_dir.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))
-        if run_dir.is_remote(logdir):
+        logdir = locations.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))
+        if locations.is_remote(logdir):
             # Access, the lease and the run's files first: the checks below read the copy.
             staged = remote_logdir.StagedLogdir(logdir)
             local = staged.open()
         else:
             local = logdir
         run_config.check_logdir(local, config, _config_file())
-    except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
+    except (run_config.ConfigError, failures.StorageError, stop_signals.StopRequested) as error:
         status = _status(error, staged)  # Before close forgets the copy.
         if staged is not None:
             with signals.deferred():
@@ -152,7 +153,7 @@ def _train(logdir, local, config, staged, signals):
                 logging.info('Logdir: %s', logdir)
             run.run(after_save=staged.sync if staged is not None else None, signals=signals,
                     stop_at_step=FLAGS.stop_at_step)
-    except (run_config.ConfigError, run_dir.StorageError, stop_signals.StopRequested) as error:
+    except (run_config.ConfigError, failures.StorageError, stop_signals.StopRequested) as error:
         return _status(error, staged)
     except faults.Interrupted as error:
         sys.stderr.write(f'train: {error}\n')
@@ -169,8 +170,8 @@ def _config_file():
         population = gin.query_parameter('train.population')
     except ValueError:
         population = 1
-    return (run_config.POPULATION_CONFIG_FILE if isinstance(population, int) and population > 1
-            else run_config.CONFIG_FILE)
+    return (run_dir.POPULATION_CONFIG_FILE if isinstance(population, int) and population > 1
+            else run_dir.CONFIG_FILE)
 
 
 def _in_bucket(error, staged):

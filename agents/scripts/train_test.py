@@ -10,7 +10,8 @@ import time
 
 from absl.testing import absltest
 
-from agents.runs import gcs_testing, run_config
+from agents.runs import run_config
+from agents.storage import gcs_testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ['--gin_bindings=train.total_steps = 256', '--gin_bindings=train.num_envs = 4',

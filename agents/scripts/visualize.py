@@ -22,7 +22,8 @@ from agents.scripts import lean_start, log_noise  # import no TensorFlow
 # TensorFlow's start-up lines only when asked for; matplotlib, which Keras would load, not at all.
 with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-    from agents.runs import remote_logdir, restore, run_config, run_dir
+    from agents.runs import remote_logdir, restore, run_config
+    from agents.storage import failures, file_io, locations
     from agents.tools import evaluation, process_env, rendering, video
 
 EPISODES_FILE = 'episodes.jsonl'
@@ -42,12 +43,12 @@ PROGRESS_EVERY_SECS = 2.0
 
 def check_outdir(outdir):
     """Fails unless `outdir` is a directory or can become one (checked before writing)."""
-    if run_dir.is_remote(outdir):
-        run_dir.check_writable(outdir)
+    if locations.is_remote(outdir):
+        file_io.check_writable(outdir)
         return
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise run_config.ConfigError(f'outdir {outdir} exists and is not a directory')
-    unwritable = run_dir.unwritable_ancestor(outdir)
+    unwritable = locations.unwritable_ancestor(outdir)
     if unwritable:
         raise run_config.ConfigError(f'cannot write to outdir {outdir}: {unwritable} is not a '
                                      'writable directory')
@@ -111,8 +112,8 @@ def render(copies):
         if FLAGS.num_episodes < 1:
             raise run_config.ConfigError(
                 f'--num_episodes must be positive, got {FLAGS.num_episodes}')
-        logdir = run_config.resolve_path(FLAGS.logdir)
-        outdir = run_config.resolve_path(FLAGS.outdir) if FLAGS.outdir else None
+        logdir = locations.resolve(FLAGS.logdir)
+        outdir = locations.resolve(FLAGS.outdir) if FLAGS.outdir else None
         if outdir:
             check_outdir(outdir)
         run = restore.restore_agent(copies.input(logdir, remote_logdir.RESTORE_FILES),
@@ -120,13 +121,13 @@ def render(copies):
         if run.fallback_warning:
             logging.warning('%s', copies.named(run.fallback_warning))
         if outdir is None:
-            outdir = run_dir.join(logdir, 'videos', str(run.step))
+            outdir = locations.join(logdir, 'videos', str(run.step))
             check_outdir(outdir)
         local_outdir = copies.output(outdir)
         # In a worker process: MuJoCo's renderer and TensorFlow cannot share one.
         env = process_env.ProcessEnv(run.environment.factory(
             extra_wrappers=[rendering.configure_fast_rendering], render_mode='rgb_array'))
-    except (run_config.ConfigError, run_dir.StorageError) as error:
+    except (run_config.ConfigError, failures.StorageError) as error:
         sys.exit(f'visualize: error: {copies.named(error)}')
     logging.info('Restored %s (step %d); rendering %d episodes of %s into %s.',
                  copies.named(run.checkpoint), run.step, FLAGS.num_episodes,
@@ -155,7 +156,7 @@ def render(copies):
                             ''.join(json.dumps(record) + '\n' for record in records))
     try:
         copies.upload()
-    except run_dir.StorageError as error:
+    except failures.StorageError as error:
         sys.exit(f'visualize: error: {error}')
     logging.info('Wrote %d videos and %s to %s.', len(records), EPISODES_FILE, outdir)
 

@@ -8,8 +8,8 @@ import imageio.v2 as imageio
 import numpy as np
 from absl.testing import absltest, flagsaver
 
-from agents.runs import gcs_testing, run_dir
 from agents.scripts import testing_utils, visualize
+from agents.storage import file_io, gcs_testing
 
 
 def count_frames(path):
@@ -138,7 +138,7 @@ class VisualizeTest(absltest.TestCase):
     def test_run_in_a_bucket_renders_into_it(self):
         emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
         copies = testing_utils.local_copies()
-        run_dir.upload_tree(self.pendulum, 'gs://runs/run')
+        file_io.upload_tree(self.pendulum, 'gs://runs/run')
         result = run_with_bucket(emulator, '--logdir=gs://runs/run', '--num_episodes=1',
                                  '--seed=5')
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -150,7 +150,7 @@ class VisualizeTest(absltest.TestCase):
         self.assertEqual((episode['seed'], episode['length'], episode['video']),
                          (5, 200, 'episode-000.mp4'))
         local = os.path.join(self.create_tempdir().full_path, 'episode-000.mp4')
-        run_dir.download('gs://runs/run/videos/512/episode-000.mp4', local)
+        file_io.download('gs://runs/run/videos/512/episode-000.mp4', local)
         self.assertEqual(count_frames(local)[0], 201)
         self.assertIn('-> gs://runs/run/videos/512/episode-000.mp4', result.stderr)
         self.assertNotIn('batchppo-copy-', result.stderr)  # URLs, never the local copies.
