@@ -12,7 +12,6 @@ import os
 import signal
 import time
 
-import gin
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -72,17 +71,6 @@ def training_run(logdir, **overrides):
             check_inputs=not settings.compiles_with_xla()) as envs:
         agent = agent_factory.build_agent(settings, envs.training, members)
         yield TrainingRun(logdir, settings, agent, envs, member_bindings)
-
-
-@gin.configurable
-def configure_threads(inter_op_threads=1, intra_op_threads=0):
-    """Sets TensorFlow's thread pools; must run before TensorFlow executes anything.
-
-    One inter-op thread is fastest for the rollout (each step is a chain of small ops around
-    the environment call, where more threads only add hand-offs); 0 lets TF choose.
-    """
-    tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
-    tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
 
 
 def check_config():

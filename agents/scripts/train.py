@@ -51,7 +51,7 @@ with log_noise.tensorflow_start(), lean_start.without_matplotlib():
     import gin
 
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-    from agents.runs import faults, loop, remote_logdir, run_config, run_dir
+    from agents.runs import faults, loop, remote_logdir, run_config, run_dir, run_settings
     from agents.tools import stop_signals
 
 gc.freeze()
@@ -99,7 +99,7 @@ def _main(signals):
     try:
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
         loop.check_config()
-        loop.configure_threads()
+        run_settings.configure_threads()
         if _xla_cache_error is not None:
             raise run_config.ConfigError(f'{xla_cache.ENV_VAR}: {_xla_cache_error}')
         logdir = locations.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))

@@ -72,7 +72,7 @@ class PackerTest(absltest.TestCase):
         self.assertEqual(gin.query_parameter('train.total_steps'), 4096)
         # ... and builds the population from them.
         with loop.training_run('/nonexistent/logdir') as run:
-            agent = run._agent
+            agent = run.agent
             self.assertEqual(agent.num_members, 8)
             np.testing.assert_allclose(agent.scalars['learning_rate'].numpy(), [
                 t.bindings['PPO.learning_rate'] for t in population.trials], rtol=1e-6)
