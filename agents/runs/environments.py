@@ -106,6 +106,16 @@ def env_factory(env_id, env_kwargs=None, wrappers=(), **make_kwargs):
         (functools.partial(wrappers_lib.apply_wrappers, wrappers=tuple(wrappers)),))
 
 
+def spaces(env_id, env_kwargs=None, wrappers=()):
+    """(observation space, action space) of one wrapped environment, as training sees it (the
+    native twin of `env_id` has the same); the environment is closed again."""
+    env = env_factory(env_id, env_kwargs, wrappers)()
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
 def make_vector_env(env_fn, num_envs, mode, num_workers):
     """`num_envs` environments from `env_fn` as a BatchEnv with explicit resets."""
     # The in-graph env ignores infos and copies observations itself: skip both per step.

@@ -3,13 +3,14 @@
 Trials whose configuration runs on native environments and that differ only in their seeds and
 in scalars a population's members may set (PPO's learning rate, clip ratio, entropy
 coefficient, discount and GAE lambda: the population class's SCALARS) train together as one
-`train.population_members` run (agents/runs/loop.py), up to `max_members` at a time, in the
-sweep's order. Each trial keeps its own result (`trials/<id>/result.json`), its run directory
-being its member's (`populations/<id>/member-<k>/`).
+`train.population_members` run (docs/run_loop.md, "Populations"), up to `max_members` at a
+time, in the sweep's order. Each trial keeps its own result (`trials/<id>/result.json`), its
+run directory being its member's (`populations/<id>/member-<k>/`).
 
-Whether a configuration can be packed is asked of the trainer's own code: a population of two
-is built as the trainer would build it (environments and agents; nothing is written), so only
-what a population trains is packed. The rest trains alone, as do the trials of a population
+Whether a configuration can be packed is asked of the trainer's own code: the settings of a
+population of two are validated and its agent built as the trainer would build it (no
+environments but one to read the spaces, no graphs; nothing is written), so only what a
+population trains is packed. The rest trains alone, as do the trials of a population
 that failed (rerunning the sweep then retries them one by one, so a configuration that diverges
 cannot keep failing the trials packed with it).
 
@@ -17,17 +18,16 @@ A stage keeps its populations when its pipeline is rerun after a lost worker: ea
 its checkpoints. A rerun of the sweep packs what is left to train anew.
 """
 
+import types
 
 import gin
 from absl import logging
 
 from agents.algorithms import registry
-from agents.runs import gin_text, loop, run_config, run_dir
+from agents.runs import agent_factory, environments, gin_text, run_config, run_dir, run_settings
 from agents.storage import failures
 from pipelines.sweep import sweep_spec
 from pipelines.sweep import trial as trial_lib
-
-_PROBE_LOGDIR = '/nonexistent/packing-probe'  # training_run writes nothing before `run`.
 
 
 class Packer:
@@ -139,7 +139,8 @@ class _gin_config:
 
 
 def _population_problem():
-    """Builds a population of two as the trainer would; returns why it cannot, or None."""
+    """Checks the settings of a population of two and builds its agent as the trainer would
+    (no environments but one to read the spaces); returns why it cannot, or None."""
     try:
         bound = gin.query_parameter('train.population')
     except ValueError:
@@ -147,8 +148,13 @@ def _population_problem():
     if bound != 1:
         return f'train.population is bound ({bound!r})'
     try:
-        with loop.training_run(_PROBE_LOGDIR, population=2):
-            return None
+        settings = run_settings.from_gin(population=2)
+        members, _ = settings.member_overrides()
+        observation_space, action_space = environments.spaces(
+            settings.env_id, settings.env_kwargs, settings.wrappers)
+        agent_factory.build_agent(settings, types.SimpleNamespace(
+            observation_space=observation_space, action_space=action_space), members)
+        return None
     except run_config.ConfigError as error:
         return str(error)
     except Exception as error:  # The trainer would fail on its own: let it tell the trial.
