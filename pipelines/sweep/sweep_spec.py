@@ -397,20 +397,20 @@ def check_gin(spec):
     """Parses every varied parameter and every configuration with gin, as the trainer will.
 
     Raises SpecError at the line of an unknown gin parameter or configurable, a missing gin file
-    or an unknown environment. Imports the run loop and the algorithms (TensorFlow) to register
-    their configurables, which is why `load` does not do this: Beam workers read specs without
-    TensorFlow.
+    or an unknown environment, and every run setting `RunSettings.validate` refuses. Imports the
+    run's settings and the algorithms (TensorFlow) to register their configurables, which is why
+    `load` does not do this: Beam workers read specs without TensorFlow.
     """
     import gin
 
     from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
-    from agents.runs import loop
+    from agents.runs import run_settings
 
     def check(gin_bindings, location, what):
         try:
             with quiet_gin_includes():
                 run_config.load(list(spec.gin_files), list(gin_bindings), seed=0)
-            loop.check_config()
+            run_settings.from_gin()
         except run_config.ConfigError as error:
             if 'gin file' in str(error) and 'not found' in str(error):
                 location = ('gin_files', _missing_file_index(spec, str(error)))
