@@ -109,9 +109,14 @@ def vector_env_runner(name, make_vector_env, min_envs=1):
 
 
 def _simulation_modules():
-    """simulate and in_graph_batch_env, imported only when a runner needs TensorFlow."""
-    from agents.tools import in_graph_batch_env, simulate  # noqa: PLC0415 - TF is slow to load.
-    return simulate, in_graph_batch_env
+    """simulate, its testing seams and in_graph_batch_env, imported only when a runner needs
+    TensorFlow."""
+    from agents.tools import (  # noqa: PLC0415 - TF is slow to load.
+        in_graph_batch_env,
+        simulate,
+        simulate_testing,
+    )
+    return simulate, simulate_testing, in_graph_batch_env
 
 
 def time_on_training_batch_env(time_fn, mode, env_id, actions):
@@ -143,8 +148,8 @@ def raw_loop(vector_env, action, num_steps):
 def time_raw_loop(vector_env, num_steps):
     """Timing of `raw_loop` with a neutral action for `num_steps` steps after --warmup_steps
     untimed ones: the reference of the in-graph rows."""
-    simulate, _ = _simulation_modules()
-    action = simulate.neutral_action(vector_env.single_action_space)
+    _, simulate_testing, _ = _simulation_modules()
+    action = simulate_testing.neutral_action(vector_env.single_action_space)
     vector_env.reset(seed=0)
     raw_loop(vector_env, action, FLAGS.warmup_steps)
     with stopwatch() as timing:
@@ -158,10 +163,10 @@ def time_in_graph_rollout(vector_env, num_steps):
 
     A first rollout of the same length compiles the graph and is not timed.
     """
-    simulate, in_graph_batch_env = _simulation_modules()
+    simulate, simulate_testing, in_graph_batch_env = _simulation_modules()
     graph_env = in_graph_batch_env.InGraphBatchEnv(vector_env, seed=0)
-    simulator = simulate.Simulator(graph_env, simulate.ConstantAlgorithm(
-        simulate.neutral_action(graph_env.action_space)))
+    simulator = simulate.Simulator(graph_env, simulate_testing.ConstantAlgorithm(
+        simulate_testing.neutral_action(graph_env.action_space)))
     simulator.rollout(num_steps)
     with stopwatch() as timing:
         simulator.rollout(num_steps)

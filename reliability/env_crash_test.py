@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.tools import batch_env, in_graph_batch_env, simulate
+from agents.tools import batch_env, in_graph_batch_env, simulate, simulate_testing
 from reliability import harness
 
 
@@ -81,7 +81,7 @@ class ReplaceVectorEnvTest(absltest.TestCase):
 
     def test_compiled_rollout_goes_on_in_the_new_env_after_resets(self):
         env = in_graph_batch_env.InGraphBatchEnv(self.make(), seed=0)
-        simulator = simulate.Simulator(env, simulate.ConstantAlgorithm(np.int64(1)))
+        simulator = simulate.Simulator(env, simulate_testing.ConstantAlgorithm(np.int64(1)))
         first = simulator.rollout(5)
         self.assertTrue(first.first.numpy()[0].all())
         self.assertFalse(first.first.numpy()[1:].any())
@@ -100,7 +100,7 @@ class ReplaceVectorEnvTest(absltest.TestCase):
 
     def test_request_reset_starts_new_episodes(self):
         env = in_graph_batch_env.InGraphBatchEnv(self.make(2), seed=0)
-        simulator = simulate.Simulator(env, simulate.ConstantAlgorithm(np.int64(0)))
+        simulator = simulate.Simulator(env, simulate_testing.ConstantAlgorithm(np.int64(0)))
         simulator.rollout(3)
         env.request_reset()
         self.assertTrue(simulator.rollout(2).first.numpy()[0].all())

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.tools import in_graph_batch_env, mock_vector_env, simulate
+from agents.tools import in_graph_batch_env, mock_vector_env, simulate, simulate_testing
 
 _ACTION = 0.5
 
@@ -221,7 +221,8 @@ class SimulatorTest(parameterized.TestCase):
 
     def test_native_tf_environment(self):
         env = _NativeTFEnv(3)
-        simulator = simulate.Simulator(env, simulate.ConstantAlgorithm(np.array([0.5], 'f')))
+        simulator = simulate.Simulator(
+            env, simulate_testing.ConstantAlgorithm(np.array([0.5], 'f')))
         rollout = simulator.rollout(4)
         np.testing.assert_array_equal(rollout.next_observ, [[1, 1, 1], [1, 2, 2], [1, 1, 3],
                                                             [1, 2, 1]])
@@ -236,7 +237,7 @@ class SimulatorTest(parameterized.TestCase):
             [2, 3], observation_space=gym.spaces.Discrete(3),
             action_space=gym.spaces.Discrete(4))
         env = in_graph_batch_env.InGraphBatchEnv(vector_env)
-        simulator = simulate.Simulator(env, simulate.ConstantAlgorithm(np.int32(3)))
+        simulator = simulate.Simulator(env, simulate_testing.ConstantAlgorithm(np.int32(3)))
         rollout = simulator.rollout(4)
         self.assertEqual(rollout.observ.dtype, tf.int64)
         self.assertEqual(rollout.action.dtype, tf.int32)
@@ -274,7 +275,8 @@ class SimulatorTest(parameterized.TestCase):
                 envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
 
         env = in_graph_batch_env.InGraphBatchEnv(make_vector_env(), seed=3)
-        simulator = simulate.Simulator(env, simulate.ConstantAlgorithm(np.array([1.0], 'f')))
+        simulator = simulate.Simulator(
+            env, simulate_testing.ConstantAlgorithm(np.array([1.0], 'f')))
         rollout = simulator.rollout(6)
         reference = make_vector_env()
         observ, _ = reference.reset(seed=3)
@@ -339,13 +341,13 @@ class NeutralActionTest(parameterized.TestCase):
         (gym.spaces.MultiBinary(2), [0, 0]),
     )
     def test_neutral_action(self, space, expected):
-        action = simulate.neutral_action(space)
+        action = simulate_testing.neutral_action(space)
         np.testing.assert_array_equal(action, expected)
         self.assertTrue(space.contains(action))
 
     def test_neutral_action_rejects_structured_spaces(self):
         with self.assertRaisesRegex(TypeError, 'no neutral action'):
-            simulate.neutral_action(gym.spaces.Tuple([gym.spaces.Discrete(2)]))
+            simulate_testing.neutral_action(gym.spaces.Tuple([gym.spaces.Discrete(2)]))
 
 
 class GinTest(absltest.TestCase):
