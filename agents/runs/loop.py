@@ -127,7 +127,8 @@ class TrainingRun:
             checkpoint = tf.train.Checkpoint(agent=self.agent.checkpointed(), **saved)
             return [run_store.RunDirectory(logdir, self.agent, self.settings.seed, checkpoint)]
         return [run_store.RunDirectory(
-            os.path.join(logdir, run_dir.MEMBER_DIR.format(index)), member, bindings['train.seed'],
+            os.path.join(logdir, run_dir.MEMBER_DIR.format(index)), member,
+            bindings[run_dir.SEED_BINDING],
             tf.train.Checkpoint(agent=member.checkpointed(), **saved),
             run_dir.MEMBER_DIR.format(index), bindings)
             for index, (member, bindings) in enumerate(zip(

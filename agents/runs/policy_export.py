@@ -45,7 +45,6 @@ from tensorflow.python.saved_model import fingerprinting_utils
 from agents.runs import recovery, run_config, run_dir
 from agents.storage import failures
 
-POLICY_DIR = run_dir.POLICY_DIR
 FORMAT = 'batchppo-policy/1'
 SIGNATURES = ('deterministic_action', 'sampled_action')
 

@@ -36,9 +36,7 @@ from absl import logging
 from agents.runs import metrics, run_dir
 from agents.storage import failures
 
-CHECKPOINT_PREFIX = run_dir.CHECKPOINT_PREFIX
-CORRUPT_DIR = run_dir.CORRUPT_DIR
-_INDEX = re.compile(rf'{CHECKPOINT_PREFIX}-(\d+)\.index')
+_INDEX = re.compile(rf'{run_dir.CHECKPOINT_PREFIX}-(\d+)\.index')
 
 
 class RecoveryError(Exception):
@@ -63,13 +61,13 @@ def checkpoint_step(path):
 
 def checkpoint_path(checkpoint_dir, step):
     """The path (prefix) of the checkpoint of `step` in `checkpoint_dir`: `.../ckpt-<step>`."""
-    return os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-{step}')
+    return os.path.join(checkpoint_dir, f'{run_dir.CHECKPOINT_PREFIX}-{step}')
 
 
 def clean_partial_writes(logdir, checkpoint_dir, policy_dir):
     """Removes what writes cut short left behind; returns the removed paths."""
     patterns = [
-        os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-*_temp'),
+        os.path.join(checkpoint_dir, f'{run_dir.CHECKPOINT_PREFIX}-*_temp'),
         os.path.join(checkpoint_dir, 'checkpoint.tmp*'),
         os.path.join(policy_dir, '.*.partial-*'),
         os.path.join(logdir, '*.tmp-*'),
@@ -90,7 +88,7 @@ def clean_partial_writes(logdir, checkpoint_dir, policy_dir):
     removed += [os.path.join(policy_dir, str(step)) for step in run_dir.exported_steps(policy_dir)
                 if not os.path.isfile(os.path.join(policy_dir, str(step), 'saved_model.pb'))]
     # Data files without their index: the index is written last, or deleted first.
-    for path in glob.glob(os.path.join(checkpoint_dir, f'{CHECKPOINT_PREFIX}-*.data-*')):
+    for path in glob.glob(os.path.join(checkpoint_dir, f'{run_dir.CHECKPOINT_PREFIX}-*.data-*')):
         if not os.path.exists(path.split('.data-')[0] + '.index'):
             removed.append(path)
     for path in removed:
@@ -186,7 +184,7 @@ def recover_checkpoints(checkpoint_dir):
     for path in broken:
         files = glob.glob(f'{glob.escape(path)}.*')
         if files:
-            destination = os.path.join(checkpoint_dir, CORRUPT_DIR)
+            destination = os.path.join(checkpoint_dir, run_dir.CORRUPT_DIR)
             os.makedirs(destination, exist_ok=True)
             for name in files:
                 os.replace(name, os.path.join(destination, os.path.basename(name)))

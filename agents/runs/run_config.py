@@ -24,11 +24,6 @@ from absl import logging
 from agents.runs import gin_text, run_dir
 from agents.storage import failures, file_io, locations
 
-# The run loop's names for these (agents/runs/loop.py); everyone else imports their modules.
-CONFIG_FILE = run_dir.CONFIG_FILE
-OPERATIVE_CONFIG_FILE = run_dir.OPERATIVE_CONFIG_FILE
-first_line = failures.first_line
-with_bindings = gin_text.with_bindings
 # The one binding a rerun may change: the budget, raised (see `check_logdir`).
 BUDGET_BINDING = 'train.total_steps'
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -84,7 +79,7 @@ def load(gin_files, gin_bindings, seed=None, seed_binding=run_dir.SEED_BINDING):
     return gin.config_str()
 
 
-def check_logdir(logdir, config, config_file=CONFIG_FILE):
+def check_logdir(logdir, config, config_file=run_dir.CONFIG_FILE):
     """Refuses a logdir where a run of `config` cannot start or resume; changes nothing.
 
     Returns whether the logdir holds a run to resume. Refused: a file, a run of another
@@ -107,9 +102,9 @@ def check_logdir(logdir, config, config_file=CONFIG_FILE):
                               'read-only file system or missing permissions)')
         return True
     if os.path.isdir(logdir) and set(os.listdir(logdir)) - {run_dir.LOCK_FILE}:
+        kind = 'population' if config_file != run_dir.CONFIG_FILE else 'run'
         raise ConfigError(f'logdir {logdir} is not empty and holds no {config_file}: not a '
-                          f'BatchPPO {"population" if config_file != CONFIG_FILE else "run"}; '
-                          'choose another --logdir')
+                          f'BatchPPO {kind}; choose another --logdir')
     unwritable = locations.unwritable_ancestor(logdir)
     if unwritable:
         raise ConfigError(f'cannot write to logdir {logdir}: {unwritable} is not a writable '
@@ -169,7 +164,7 @@ def config_difference(stored, config, stored_name, config_name):
         stored.splitlines(True), config.splitlines(True), stored_name, config_name))
 
 
-def prepare_logdir(logdir, config, config_file=CONFIG_FILE):
+def prepare_logdir(logdir, config, config_file=run_dir.CONFIG_FILE):
     """Creates `logdir` or checks that it holds a run of this configuration.
 
     A new logdir gets `config.gin`. An existing one must hold the same configuration (the run is

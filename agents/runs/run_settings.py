@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from agents.algorithms import algorithm as algorithm_lib
 from agents.algorithms import registry
-from agents.runs import environments, faults, run_config
+from agents.runs import environments, faults, run_config, run_dir
 from agents.storage import failures
 
 # A lone run of at most this many environments compiles without XLA by default: XLA's
@@ -154,7 +154,8 @@ class RunSettings:
         if population_members is None:
             population_members = [{} for _ in range(self.population)]
         name = self.algorithm_class.__name__
-        allowed = {'train.seed'} | {f'{name}.{scalar}' for scalar in self.population_class.SCALARS}
+        allowed = {run_dir.SEED_BINDING} | {
+            f'{name}.{scalar}' for scalar in self.population_class.SCALARS}
         members, bindings = [], []
         for index, overrides in enumerate(population_members):
             unknown = sorted(set(overrides) - allowed) if isinstance(overrides, dict) else None
@@ -162,15 +163,16 @@ class RunSettings:
                 raise run_config.ConfigError(
                     f'train.population_members[{index}] is {overrides!r}: a member may bind only '
                     f'{", ".join(sorted(allowed))}')
-            member_seed = overrides.get('train.seed', self.seed + index)
+            member_seed = overrides.get(run_dir.SEED_BINDING, self.seed + index)
             if not _is_int(member_seed) or member_seed < 0:
                 raise run_config.ConfigError(
                     f'train.population_members[{index}]: train.seed must be a non-negative '
                     f'integer, got {member_seed!r}')
-            scalars = {key: value for key, value in overrides.items() if key != 'train.seed'}
+            scalars = {key: value for key, value in overrides.items()
+                       if key != run_dir.SEED_BINDING}
             members.append({'seed': member_seed, **{
                 key.split('.', 1)[1]: value for key, value in scalars.items()}})
-            bindings.append({'train.seed': member_seed, **scalars})
+            bindings.append({run_dir.SEED_BINDING: member_seed, **scalars})
         return members, bindings
 
     def validate(self):

@@ -144,7 +144,7 @@ class RunStore:
                                         f'{error.filename}: {error.strerror}') from error
             for path, problem in recovered.corrupt:
                 logging.warning('Checkpoint %s does not read back (%s); moved to %s/.', path,
-                                problem, os.path.join(run.checkpoint_dir, recovery.CORRUPT_DIR))
+                                problem, os.path.join(run.checkpoint_dir, run_dir.CORRUPT_DIR))
             run.corrupt = bool(recovered.corrupt)
             run.manager = tf.train.CheckpointManager(
                 run.checkpoint, run.checkpoint_dir, max_to_keep=self._checkpoints_to_keep)
@@ -216,7 +216,7 @@ class RunStore:
 
     def write_operative_configs(self):
         for run in self.runs:
-            path = os.path.join(run.logdir, run_config.OPERATIVE_CONFIG_FILE)
+            path = os.path.join(run.logdir, run_dir.OPERATIVE_CONFIG_FILE)
             with self.writing(path):
                 run_config.write_atomic(path, run.configured(gin.operative_config_str()))
 
