@@ -33,7 +33,7 @@ from absl import app, flags
 
 from agents.algorithms import networks
 from agents.algorithms.a2c import a2c
-from agents.runs import loop, run_config
+from agents.runs import run_config, run_settings
 from benchmarks import sb3_a2c_runner, train_throughput
 
 # train_throughput's flags (--tasks, --systems, --seeds, --budget, --gin_bindings,
@@ -84,7 +84,7 @@ def a2c_settings(task, budget=None, extra_bindings=()):
         bindings.append(f'train.total_steps = {budget}')
     run_config.load(gin_files, bindings)
     try:
-        train = train_throughput._reader('train', loop.training_run)
+        train = train_throughput._reader('train', run_settings.RunSettings)
         agent = train_throughput._reader('A2C', a2c.A2C.__init__)
         policy_name, value_name = agent('policy_network'), agent('value_network')
         if policy_name not in POLICY_NETWORKS:
