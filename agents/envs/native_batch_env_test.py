@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl.testing import absltest, parameterized
 
 from agents.envs import cartpole, native_batch_env, pendulum
-from agents.tools import gin_testing, simulate
+from agents.tools import gin_testing, simulate, simulate_testing
 
 NativeBatchEnv = native_batch_env.NativeBatchEnv
 
@@ -222,7 +222,7 @@ class NativeBatchEnvTest(parameterized.TestCase):
         rollouts = []
         for jit_compile in (False, True):
             env = _pendulum_env(5, seed=4)
-            simulator = simulate.Simulator(env, simulate.ConstantAlgorithm([0.7]))
+            simulator = simulate.Simulator(env, simulate_testing.ConstantAlgorithm([0.7]))
             rollout = tf.function(
                 lambda simulator=simulator: simulator.rollout(250), jit_compile=jit_compile,
                 autograph=False)

@@ -17,7 +17,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from agents.envs import native_batch_env
-from agents.tools import simulate
+from agents.tools import simulate, simulate_testing
 from agents.tools import wrappers as wrappers_lib
 
 
@@ -149,7 +149,7 @@ class NativeEnvTests(parameterized.TestCase):
 
     def constant_action(self):
         """The action of the Simulator test."""
-        return simulate.neutral_action(self.NATIVE.action_space)
+        return simulate_testing.neutral_action(self.NATIVE.action_space)
 
     def wrapper_lists(self):
         return [['range_normalize', 'ClipAction']] if isinstance(
