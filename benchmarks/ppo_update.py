@@ -82,13 +82,14 @@ def network_floor(agent, batch, jit_compile):
     timed)."""
     if agent.policy.recurrent:
         raise app.UsageError('--floor times feed-forward policies only.')
-    observ = tf.reshape(agent.normalize(batch['observ']), [-1, FLAGS.observ_size])
+    # The networks' leading member axis: one member.
+    observ = tf.reshape(agent.normalize(batch['observ'][None]), [-1, FLAGS.observ_size])
     num_units = observ.shape[0]
     size = num_units // FLAGS.num_minibatches
 
     def loss(minibatch):
-        params, _ = agent.policy.step(minibatch, ())
-        outputs = [*tf.nest.flatten(params), agent.value(minibatch)]
+        params, _ = agent.policy.step(minibatch[None], ())
+        outputs = [*tf.nest.flatten(params), agent.value(minibatch[None])]
         return tf.add_n([tf.reduce_mean(tf.square(output)) for output in outputs])
 
     @tf.function(jit_compile=jit_compile, autograph=False)
@@ -97,11 +98,13 @@ def network_floor(agent, batch, jit_compile):
             [FLAGS.num_epochs, num_units], seed=[0, 0]), axis=1)
         indices = tf.reshape(order[:, :size * FLAGS.num_minibatches], [-1, size])
 
+        weights = agent.policy.trainable_variables + agent.value.trainable_variables
+
         def body(step):
             with tf.GradientTape() as tape:
                 value = loss(tf.gather(observ, indices[step]))
             for variable, gradient in zip(
-                    agent._trainable, tape.gradient(value, agent._trainable), strict=True):
+                    weights, tape.gradient(value, weights), strict=True):
                 variable.assign_sub(1e-3 * gradient)
             return (step + 1,)
 

@@ -74,11 +74,10 @@ class DivergenceBinaryTest(harness.TrainerTestCase):
 
 
 def _values(agent):
-    """Every variable of the agent and its optimizer but the random generator's state (which
-    the rollout before the update advanced)."""
-    variables = list(agent.variables) + [v.value for v in agent.optimizer.variables]
+    """Every variable of the agent (its optimizer's included) but the count of its sampling
+    seeds' draws (which the rollout before the update advanced)."""
     return {f'{index}:{variable.name}': variable.numpy() for index, variable in
-            enumerate(variables) if variable is not agent.random.state}
+            enumerate(agent.variables) if variable is not agent.sampling_seeds.draws}
 
 
 class UndoTest(absltest.TestCase):
@@ -120,8 +119,9 @@ class UndoTest(absltest.TestCase):
             'observ': observ, 'action': tf.reshape(action, [8, 2, 1]), 'reward': reward,
             'terminated': tf.zeros([8, 2], tf.bool), 'truncated': tf.zeros([8, 2], tf.bool),
             'next_observ': observ, 'extras': extras})
-        self.assertTrue(bool(metrics['nonfinite']['loss']))
-        self.assertEqual(float(metrics['num_gradient_steps']), 0.0)
+        # A lone agent's metrics: one per member.
+        self.assertEqual(metrics['nonfinite']['loss'].numpy().tolist(), [True])
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [0.0])
         for variable, value in zip(agent.trainable_variables, weights, strict=True):
             np.testing.assert_array_equal(variable.numpy(), value)
 

@@ -8,6 +8,8 @@ subclass, e.g. `train.algorithm = @PPO`) by calling it with these keyword argume
     num_envs           environments of a training rollout
     seed               seeds initialization and sampling
     lr_anneal_updates  iterations of the whole run, over which schedules anneal; None: constant
+    population         (populations only) the K lone agents, built alike but for their seeds and
+                       MEMBER_HYPERPARAMETERS, whose members the population trains
 
 Everything else an algorithm takes comes from its own gin bindings. Its methods change no
 Python-side state: the loop calls `act` and `learn` inside one compiled TF function per
@@ -32,10 +34,11 @@ the algorithm checks (e.g. 'loss', 'gradient') to a boolean, true where it went 
 loop then undoes the update and names the first such quantity.
 
 A population trains K members of one algorithm on K blocks of environments in the same compiled
-calls: `num_members` is K, metrics and `nonfinite` are then `[K]`, `members` are K lone agents
-(what each member's run directory checkpoints and exports), filled by `to_members` before a save
-and read back by `from_members` after a restore. A lone agent is a population of one: the loop
-treats both alike.
+calls: `num_members` is K, metrics and `nonfinite` are `[K]`, `members` are K lone agents (what
+each member's run directory checkpoints and exports), filled by `to_members` before a save and
+read back by `from_members` after a restore. An algorithm that trains populations declares the
+hyperparameters in which members may differ (`MEMBER_HYPERPARAMETERS`; None: no populations).
+A lone agent is a population of one: the loop treats both alike.
 """
 
 import dataclasses
@@ -58,6 +61,10 @@ class OffPolicy:
 
 class Algorithm(tf.Module):
     """The interface of an algorithm to the run loop."""
+
+    # The hyperparameters each member of a population may set for itself (`population`), or
+    # None: the algorithm does not train as a population.
+    MEMBER_HYPERPARAMETERS = None
 
     @property
     def cadence(self):

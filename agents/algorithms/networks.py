@@ -1,12 +1,16 @@
-"""Policy and value networks for PPO, built from plain `tf.Module`s.
+"""Policy and value networks of K members (members.py), built from plain `tf.Module`s.
 
-Every policy shares one interface so that PPO treats feed-forward and recurrent policies alike:
+Every variable has a leading member axis, and so has every input and output: `seed` is one
+integer (K = 1) or one per member, and member k's weights are those a lone network of its seed
+starts from. Every policy shares one interface so that the algorithms treat feed-forward and
+recurrent policies alike:
 
-* `initial_state(batch_size)` -> nested tensors (`()` for feed-forward policies);
+* `initial_state(batch_size)` -> nested tensors `[K, B, ...]` (`()` for feed-forward policies);
 * `reset_state(state, reset_mask)` -> state with the rows of newly started episodes zeroed;
-* `step(observ, state)` -> `(params, new_state)` for one time step, observ `[B, *observ_shape]`;
-* `sequence(observ, state, reset_mask)` -> params for time-major chunks `[L, B, *observ_shape]`,
-  starting from `state` `[B, ...]` and resetting it before step `t` where `reset_mask[t]`;
+* `step(observ, state)` -> `(params, new_state)` for one time step, observ `[K, B, *observ_shape]`;
+* `sequence(observ, state, reset_mask)` -> params for chunks `[K, L, B, *observ_shape]` (time
+  on the second axis), starting from `state` `[K, B, ...]` and resetting it before step `t`
+  where `reset_mask[:, t]`;
 * `distribution(params)` -> the action distribution (distributions.py).
 
 Policies return distribution *parameters* (a dict of tensors) rather than distributions so that the
@@ -21,7 +25,7 @@ import math
 import gin
 import tensorflow as tf
 
-from agents.algorithms import distributions
+from agents.algorithms import distributions, members
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -43,29 +47,40 @@ def _check_sizes(**sizes):
             raise ValueError(f'{name} must be a positive integer, got {size!r}.')
 
 
+def _orthogonal(shape, gain, seeds, offset=0):
+    """[K, *shape]: each member's orthogonal matrix of its seed (plus `offset`)."""
+    return tf.stack([tf.keras.initializers.Orthogonal(gain=gain, seed=seed + offset)(shape)
+                     for seed in seeds])
+
+
 class Linear(tf.Module):
-    """Affine layer with an orthogonally initialized kernel and a zero bias."""
+    """Affine layer of K members with orthogonally initialized kernels and zero biases:
+    `[K, B, input_size]` -> `[K, B, output_size]`."""
 
     def __init__(self, input_size, output_size, gain=1.0, seed=0, name=None):
         super().__init__(name=name)
         _check_sizes(input_size=input_size, output_size=output_size)
-        initializer = tf.keras.initializers.Orthogonal(gain=gain, seed=seed)
-        self.kernel = tf.Variable(initializer((input_size, output_size)), name='kernel')
-        self.bias = tf.Variable(tf.zeros([output_size]), name='bias')
+        seeds = members.seeds_of(seed)
+        self.kernel = tf.Variable(_orthogonal((input_size, output_size), gain, seeds),
+                                  name='kernel')
+        self.bias = tf.Variable(tf.zeros([len(seeds), 1, output_size]), name='bias')
 
     def __call__(self, inputs):
         return tf.matmul(inputs, self.kernel) + self.bias
 
 
 class MLP(tf.Module):
-    """Hidden layers applied to a rank-2 batch; the identity when `hidden_sizes` is empty."""
+    """Hidden layers applied to a batch `[K, B, input_size]`; the identity when `hidden_sizes`
+    is empty."""
 
     def __init__(self, input_size, hidden_sizes, activation='tanh', seed=0, name=None):
         super().__init__(name=name)
         self._activation = _resolve_activation(activation)
+        seeds = members.seeds_of(seed)
         self.layers = []
         for index, size in enumerate(hidden_sizes):
-            self.layers.append(Linear(input_size, size, HIDDEN_GAIN, seed + index))
+            self.layers.append(Linear(input_size, size, HIDDEN_GAIN,
+                                      [seed + index for seed in seeds]))
             input_size = size
         self.output_size = input_size
 
@@ -76,22 +91,24 @@ class MLP(tf.Module):
 
 
 class GRUCell(tf.Module):
-    """Gated recurrent unit (reset gate applied after the recurrent matmul, as in cuDNN)."""
+    """Gated recurrent unit of K members (reset gate applied after the recurrent matmul, as in
+    cuDNN); the state is `[K, B, units]`."""
 
     def __init__(self, input_size, units, seed=0, name=None):
         super().__init__(name=name)
         _check_sizes(input_size=input_size, units=units)
+        seeds = members.seeds_of(seed)
         self.units = units
         self.input_kernel = tf.Variable(
-            tf.keras.initializers.Orthogonal(seed=seed)((input_size, 3 * units)),
-            name='input_kernel')
+            _orthogonal((input_size, 3 * units), 1.0, seeds), name='input_kernel')
         self.recurrent_kernel = tf.Variable(
-            tf.concat([tf.keras.initializers.Orthogonal(seed=seed + 1 + gate)((units, units))
-                       for gate in range(3)], axis=1), name='recurrent_kernel')
-        self.bias = tf.Variable(tf.zeros([3 * units]), name='bias')
+            tf.concat([_orthogonal((units, units), 1.0, seeds, 1 + gate) for gate in range(3)],
+                      axis=2), name='recurrent_kernel')
+        self.bias = tf.Variable(tf.zeros([len(seeds), 1, 3 * units]), name='bias')
 
     def input_projection(self, inputs):
-        """The input part of all gates; batched over time outside the recurrent loop."""
+        """The input part of all gates of `[K, B, input_size]`; batched over time outside the
+        recurrent loop."""
         return tf.matmul(inputs, self.input_kernel) + self.bias
 
     def __call__(self, projected_inputs, state):
@@ -105,28 +122,31 @@ class GRUCell(tf.Module):
 
 
 class _Network(tf.Module):
-    """Shared handling of observation shapes: flattens `[*batch, *observ_shape]` to rank 2."""
+    """Shared handling of observation shapes: flattens `[K, *batch, *observ_shape]` to rank 3."""
 
-    def __init__(self, observ_shape, name=None):
+    def __init__(self, observ_shape, seed, name=None):
         super().__init__(name=name)
         self.observ_shape = tuple(int(size) for size in observ_shape)
         self.observ_size = math.prod(self.observ_shape)
         _check_sizes(observ_size=self.observ_size)
+        self.seeds = members.seeds_of(seed)
+        self.num_members = len(self.seeds)
 
     def _flatten_observ(self, observ):
         observ = tf.convert_to_tensor(observ, tf.float32)
         rank = len(self.observ_shape)
         if observ.shape.rank is not None and (
-                observ.shape.rank < rank or
+                observ.shape.rank < rank + 1 or
+                not observ.shape[:1].is_compatible_with([self.num_members]) or
                 not observ.shape[observ.shape.rank - rank:].is_compatible_with(self.observ_shape)):
-            raise ValueError(f'{self.name}: observations of shape {observ.shape} do not end in the '
-                             f'observation shape {self.observ_shape}.')
-        batch_shape = tf.shape(observ)[:tf.rank(observ) - rank]
-        return tf.reshape(observ, [-1, self.observ_size]), batch_shape
+            raise ValueError(f'{self.name}: observations of shape {observ.shape} are not '
+                             f'[members ({self.num_members}), ..., *{self.observ_shape}].')
+        batch_shape = tf.shape(observ)[:tf.rank(observ) - rank]  # [K, *batch]
+        return tf.reshape(observ, [self.num_members, -1, self.observ_size]), batch_shape
 
     @staticmethod
     def _unflatten(values, batch_shape):
-        return tf.reshape(values, tf.concat([batch_shape, tf.shape(values)[1:]], 0))
+        return tf.reshape(values, tf.concat([batch_shape, tf.shape(values)[2:]], 0))
 
 
 class _FeedForwardPolicy(_Network):
@@ -153,6 +173,13 @@ class _FeedForwardPolicy(_Network):
         raise NotImplementedError
 
 
+def _gaussian_params(log_std, loc):
+    """The Gaussian's parameters of means `loc` [K, ..., A] and state-independent `log_std`
+    [K, A]."""
+    scale = members.broadcast(tf.exp(log_std), loc)
+    return {'loc': loc, 'scale': tf.broadcast_to(scale, tf.shape(loc))}
+
+
 def _gaussian_distribution(params):
     return distributions.DiagonalGaussian(params['loc'], params['scale'])
 
@@ -165,19 +192,21 @@ class FeedForwardGaussianPolicy(_FeedForwardPolicy):
 
     def __init__(self, observ_shape, action_size, hidden_sizes=(64, 64), activation='tanh',
                  init_std=1.0, output_gain=0.01, seed=0, name=None):
-        super().__init__(observ_shape, name=name)
+        super().__init__(observ_shape, seed, name=name)
         _check_sizes(action_size=action_size)
         if init_std <= 0:
             raise ValueError(f'init_std must be positive, got {init_std}.')
         self.action_shape = (action_size,)
-        self.torso = MLP(self.observ_size, hidden_sizes, activation, seed)
-        self.mean = Linear(self.torso.output_size, action_size, output_gain, seed + 100)
-        self.log_std = tf.Variable(tf.fill([action_size], math.log(init_std)), name='log_std')
+        self.torso = MLP(self.observ_size, hidden_sizes, activation, self.seeds)
+        self.mean = Linear(self.torso.output_size, action_size, output_gain,
+                           [seed + 100 for seed in self.seeds])
+        self.log_std = tf.Variable(tf.fill([self.num_members, action_size], math.log(init_std)),
+                                   name='log_std')
 
     def _params(self, observ):
         flat, batch_shape = self._flatten_observ(observ)
-        loc = self._unflatten(self.mean(self.torso(flat)), batch_shape)
-        return {'loc': loc, 'scale': tf.broadcast_to(tf.exp(self.log_std), tf.shape(loc))}
+        return _gaussian_params(self.log_std,
+                                self._unflatten(self.mean(self.torso(flat)), batch_shape))
 
     def distribution(self, params):
         return _gaussian_distribution(params)
@@ -192,10 +221,11 @@ class FeedForwardCategoricalPolicy(_FeedForwardPolicy):
 
     def __init__(self, observ_shape, action_size, hidden_sizes=(64, 64), activation='tanh',
                  output_gain=0.01, seed=0, name=None):
-        super().__init__(observ_shape, name=name)
+        super().__init__(observ_shape, seed, name=name)
         _check_sizes(action_size=action_size)
-        self.torso = MLP(self.observ_size, hidden_sizes, activation, seed)
-        self.logits = Linear(self.torso.output_size, action_size, output_gain, seed + 100)
+        self.torso = MLP(self.observ_size, hidden_sizes, activation, self.seeds)
+        self.logits = Linear(self.torso.output_size, action_size, output_gain,
+                             [seed + 100 for seed in self.seeds])
 
     def _params(self, observ):
         flat, batch_shape = self._flatten_observ(observ)
@@ -210,7 +240,7 @@ class RecurrentGaussianPolicy(_Network):
     """Gaussian policy whose mean comes from a GRU over an MLP encoding of the observations.
 
     The log-std is state-independent, as for the feed-forward policy. The state is the GRU's hidden
-    vector `[B, gru_units]`; it is zeroed where an episode starts.
+    vector `[K, B, gru_units]`; it is zeroed where an episode starts.
     """
 
     recurrent = True
@@ -218,42 +248,45 @@ class RecurrentGaussianPolicy(_Network):
 
     def __init__(self, observ_shape, action_size, hidden_sizes=(64,), gru_units=64,
                  activation='tanh', init_std=1.0, output_gain=0.01, seed=0, name=None):
-        super().__init__(observ_shape, name=name)
+        super().__init__(observ_shape, seed, name=name)
         _check_sizes(action_size=action_size)
         if init_std <= 0:
             raise ValueError(f'init_std must be positive, got {init_std}.')
         self.action_shape = (action_size,)
-        self.encoder = MLP(self.observ_size, hidden_sizes, activation, seed)
-        self.cell = GRUCell(self.encoder.output_size, gru_units, seed + 50)
-        self.mean = Linear(gru_units, action_size, output_gain, seed + 100)
-        self.log_std = tf.Variable(tf.fill([action_size], math.log(init_std)), name='log_std')
+        self.encoder = MLP(self.observ_size, hidden_sizes, activation, self.seeds)
+        self.cell = GRUCell(self.encoder.output_size, gru_units,
+                            [seed + 50 for seed in self.seeds])
+        self.mean = Linear(gru_units, action_size, output_gain,
+                           [seed + 100 for seed in self.seeds])
+        self.log_std = tf.Variable(tf.fill([self.num_members, action_size], math.log(init_std)),
+                                   name='log_std')
 
     def initial_state(self, batch_size):
-        return tf.zeros([batch_size, self.cell.units])
+        return tf.zeros([self.num_members, batch_size, self.cell.units])
 
     def reset_state(self, state, reset_mask):
-        return tf.where(tf.convert_to_tensor(reset_mask, tf.bool)[:, None],
+        return tf.where(tf.convert_to_tensor(reset_mask, tf.bool)[..., None],
                         tf.zeros_like(state), state)
 
     def step(self, observ, state):
         flat, _ = self._flatten_observ(observ)
         state = self.cell(self.cell.input_projection(self.encoder(flat)), state)
-        return self._gaussian_params(self.mean(state)), state
+        return _gaussian_params(self.log_std, self.mean(state)), state
 
     def sequence(self, observ, state, reset_mask):
-        flat, batch_shape = self._flatten_observ(observ)  # batch_shape is [L, B].
+        flat, batch_shape = self._flatten_observ(observ)  # batch_shape is [K, L, B].
         projected = self._unflatten(self.cell.input_projection(self.encoder(flat)), batch_shape)
 
         def recur(previous, inputs):
             projected_step, reset_step = inputs
             return self.cell(projected_step, self.reset_state(previous, reset_step))
 
-        hidden = tf.scan(recur, (projected, tf.convert_to_tensor(reset_mask, tf.bool)), state)
-        means = self.mean(tf.reshape(hidden, [-1, self.cell.units]))
-        return self._gaussian_params(self._unflatten(means, batch_shape))
-
-    def _gaussian_params(self, loc):
-        return {'loc': loc, 'scale': tf.broadcast_to(tf.exp(self.log_std), tf.shape(loc))}
+        # tf.scan runs over the leading axis: time first while recurring.
+        hidden = tf.scan(recur, (tf.transpose(projected, [1, 0, 2, 3]), tf.transpose(
+            tf.convert_to_tensor(reset_mask, tf.bool), [1, 0, 2])), state)
+        hidden = tf.transpose(hidden, [1, 0, 2, 3])
+        means = self.mean(tf.reshape(hidden, [self.num_members, -1, self.cell.units]))
+        return _gaussian_params(self.log_std, self._unflatten(means, batch_shape))
 
     def distribution(self, params):
         return _gaussian_distribution(params)
@@ -261,13 +294,13 @@ class RecurrentGaussianPolicy(_Network):
 
 @gin.configurable
 class FeedForwardValue(_Network):
-    """State-value estimate `V(s)` from a separate MLP, returning `[*batch]`."""
+    """State-value estimate `V(s)` from a separate MLP, returning `[K, *batch]`."""
 
     def __init__(self, observ_shape, hidden_sizes=(64, 64), activation='tanh', seed=0,
                  name=None):
-        super().__init__(observ_shape, name=name)
-        self.torso = MLP(self.observ_size, hidden_sizes, activation, seed)
-        self.head = Linear(self.torso.output_size, 1, 1.0, seed + 100)
+        super().__init__(observ_shape, seed, name=name)
+        self.torso = MLP(self.observ_size, hidden_sizes, activation, self.seeds)
+        self.head = Linear(self.torso.output_size, 1, 1.0, [seed + 100 for seed in self.seeds])
 
     def __call__(self, observ):
         flat, batch_shape = self._flatten_observ(observ)

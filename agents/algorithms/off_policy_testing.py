@@ -57,10 +57,11 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
         return ()
 
     def act(self, observ, state, reset_mask, greedy=False):
-        params, state = self.policy.step(tf.cast(observ, tf.float32), state)
+        # The networks' leading member axis: this algorithm is one member.
+        params, state = self.policy.step(tf.cast(observ, tf.float32)[None], state)
         policy = self.policy.distribution(params)
         action = policy.mode() if greedy else policy.sample(seed=self._next_seed())
-        return tf.tanh(action), {}, state  # In [-1, 1], where Q is trained.
+        return tf.tanh(action[0]), {}, state  # In [-1, 1], where Q is trained.
 
     def observe(self, batch):
         return self.buffer.add(batch)
@@ -119,10 +120,11 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
         return bad
 
     def _q(self, observ, action):
-        return self.q(tf.concat([tf.reshape(observ, [tf.shape(observ)[0], -1]), action], -1))
+        return self.q(tf.concat(
+            [tf.reshape(observ, [tf.shape(observ)[0], -1]), action], -1)[None])[0]
 
     def _mean_action(self, observ):
-        return tf.tanh(self.policy.step(observ, ())[0]['loc'])
+        return tf.tanh(self.policy.step(observ[None], ())[0]['loc'][0])
 
     def _next_seed(self):
         return tf.cast(self.random.make_seeds(1)[:, 0], tf.int32)

@@ -5,25 +5,24 @@ this module before parsing configs so that the name resolves. To add an algorith
 module here (see docs/new_algorithm.md).
 """
 
+from agents.algorithms import algorithm as algorithm_lib
 from agents.algorithms.a2c import a2c
-from agents.algorithms.ppo import population, ppo
+from agents.algorithms.ppo import ppo
 
 ALGORITHMS = {
     'A2C': a2c.A2C,
     'PPO': ppo.PPO,
 }
-# The algorithms that train as populations (`train.population`), by the class of their members.
-POPULATIONS = {
-    ppo.PPO: population.PPOPopulation,
-}
 
 
-def population_class(algorithm):
-    """The population class of an algorithm (a class, or gin's function that builds one);
-    raises ValueError naming the algorithms that have one."""
+def member_hyperparameters(algorithm):
+    """What each member of a population of `algorithm` (a class, or gin's function that builds
+    one) may set; raises ValueError naming the algorithms that train as populations."""
     cls = getattr(algorithm, '__wrapped__', algorithm)
-    if cls not in POPULATIONS:
-        raise ValueError(
-            f'{getattr(cls, "__name__", cls)} does not train as a population; '
-            f'{", ".join(sorted(member.__name__ for member in POPULATIONS))} does')
-    return POPULATIONS[cls]
+    if not (isinstance(cls, type) and issubclass(cls, algorithm_lib.Algorithm)
+            and cls.MEMBER_HYPERPARAMETERS is not None):
+        populations = sorted(name for name, known in ALGORITHMS.items()
+                             if known.MEMBER_HYPERPARAMETERS is not None)
+        raise ValueError(f'{getattr(cls, "__name__", cls)} does not train as a population; '
+                         f'{", ".join(populations)} do')
+    return cls.MEMBER_HYPERPARAMETERS

@@ -1,5 +1,6 @@
 """Tests for the registry of algorithms: every entry is an algorithm, every config names one."""
 
+import functools
 import glob
 import os
 
@@ -8,6 +9,10 @@ from absl.testing import absltest
 
 from agents.algorithms import algorithm, registry
 from agents.runs import loop, run_config
+
+
+class _Lone(algorithm.OnPolicyAlgorithm):
+    """An algorithm that does not train as a population (MEMBER_HYPERPARAMETERS None)."""
 
 
 class RegistryTest(absltest.TestCase):
@@ -25,6 +30,30 @@ class RegistryTest(absltest.TestCase):
                 gin.parse_config(f'train.algorithm = @{name}')
                 self.assertIs(gin.query_parameter('train.algorithm').scoped_configurable_fn,
                               cls)
+
+    def test_member_hyperparameters_are_what_members_may_set(self):
+        shared = ('learning_rate', 'entropy_coef', 'discount', 'gae_lambda')
+        expected = {'A2C': shared, 'PPO': ('clip_ratio',) + shared}
+        self.assertEqual(set(expected), set(registry.ALGORITHMS))
+        for name, cls in registry.ALGORITHMS.items():
+            with self.subTest(name=name):
+                self.assertEqual(registry.member_hyperparameters(cls), expected[name])
+                self.assertIs(registry.member_hyperparameters(cls), cls.MEMBER_HYPERPARAMETERS)
+                # Gin may pass a function that builds the class.
+                builder = functools.wraps(cls)(lambda *args, cls=cls, **kwargs: cls())
+                self.assertEqual(registry.member_hyperparameters(builder), expected[name])
+                gin.clear_config()
+                gin.parse_config(f'train.algorithm = @{name}')
+                named = gin.query_parameter('train.algorithm').scoped_configurable_fn
+                self.assertEqual(registry.member_hyperparameters(named), expected[name])
+
+    def test_member_hyperparameters_refuse_what_does_not_train_as_a_population(self):
+        for refused, name in ((_Lone, '_Lone'), (algorithm.Algorithm, 'Algorithm'),
+                              (dict, 'dict'), (functools.wraps(_Lone)(lambda: None), '_Lone')):
+            with self.subTest(name=name):
+                with self.assertRaisesRegex(
+                        ValueError, f'^{name} does not train as a population; A2C, PPO do$'):
+                    registry.member_hyperparameters(refused)
 
     def test_every_bundled_task_config_names_a_registered_algorithm(self):
         configs = sorted(glob.glob(os.path.join(run_config.BUNDLED_CONFIGS, '*.gin')))

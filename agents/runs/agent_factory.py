@@ -22,9 +22,10 @@ def build_agent(settings, train_env, members=None):
 
     if not members:
         return make_agent(seed=settings.seed)
+    lone = [make_agent(**member) for member in members]
     try:
-        return settings.population_class(make_member=make_agent, members=members)
-    except ValueError as error:
+        return make_agent(seed=settings.seed, population=lone)
+    except run_config.ConfigError as error:
         raise run_config.ConfigError(
             f'train.population = {settings.population}: {error}') from error
 

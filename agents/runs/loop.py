@@ -116,23 +116,22 @@ class TrainingRun:
         self._step = 0  # int(env_steps) as of the last iteration, for other threads.
 
     def _run_directories(self, logdir, member_bindings):
-        """A lone run's logdir, or each member's `member-<k>/` (an ordinary run of its
-        seed: its checkpoint holds the member as a lone agent, without episodes in flight)."""
+        """A run directory per member of the agent: a lone run's logdir, or each population
+        member's `member-<k>/` (an ordinary run of its seed: its checkpoint holds the member as
+        a lone agent, without episodes in flight)."""
         saved = dict(env_steps=self.env_steps, wall_time=self.wall_time,
                      steps_per_sec=self.steps_per_sec)
         self._saves_episodes = member_bindings is None and self._train_env.state_in_variables
-        if member_bindings is None:
-            if self._saves_episodes:
-                saved[ROLLOUT_CHECKPOINT_KEY] = self.training_step.episodes_in_flight()
-            checkpoint = tf.train.Checkpoint(agent=self.agent.checkpointed(), **saved)
-            return [run_store.RunDirectory(logdir, self.agent, self.settings.seed, checkpoint)]
+        if self._saves_episodes:
+            saved[ROLLOUT_CHECKPOINT_KEY] = self.training_step.episodes_in_flight()
+        places = [(logdir, '', None)] if member_bindings is None else [
+            (os.path.join(logdir, run_dir.MEMBER_DIR.format(index)),
+             run_dir.MEMBER_DIR.format(index), bindings)
+            for index, bindings in enumerate(member_bindings)]
         return [run_store.RunDirectory(
-            os.path.join(logdir, run_dir.MEMBER_DIR.format(index)), member,
-            bindings[run_dir.SEED_BINDING],
-            tf.train.Checkpoint(agent=member.checkpointed(), **saved),
-            run_dir.MEMBER_DIR.format(index), bindings)
-            for index, (member, bindings) in enumerate(zip(
-                self.agent.members, member_bindings, strict=True))]
+            path, member, (bindings or {}).get(run_dir.SEED_BINDING, self.settings.seed),
+            tf.train.Checkpoint(agent=member.checkpointed(), **saved), name, bindings)
+            for (path, name, bindings), member in zip(places, self.agent.members, strict=True)]
 
     @property
     def checkpoint(self):

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms import registry  # noqa: F401 (registers PPO)
+from agents.algorithms import off_policy_testing, registry  # noqa: F401 (registers them)
 from agents.runs import faults, loop, metrics, restore, run_config, run_dir
 
 CONFIG = """
@@ -184,7 +184,7 @@ class PopulationRunTest(absltest.TestCase):
                                **dict(SETTINGS, jit_compile=True)) as run:
             # Member 1 acts NaN: under XLA the environments take it (no checks), and its
             # observations go non-finite while member 0's stay finite.
-            log_std = run.agent._stacked(run.agent.members[0].policy.log_std)
+            log_std = run.agent.policy.log_std  # [members, action dimensions]
             log_std.assign(tf.tensor_scatter_nd_update(log_std, [[1]], [[np.nan]]))
             with self.assertRaisesRegex(
                     faults.NonFiniteError,
@@ -193,7 +193,7 @@ class PopulationRunTest(absltest.TestCase):
                     r'undone and the run stopped; no checkpoint was saved'):
                 run.run()
             # Member 0's update stood; member 1's was undone.
-            self.assertEqual(run.agent.state['update_count'].numpy().tolist(), [1, 0])
+            self.assertEqual(run.agent.update_count.numpy().tolist(), [1, 0])
 
     def test_configuration_errors(self):
         for arguments, message in (
@@ -216,11 +216,29 @@ class PopulationRunTest(absltest.TestCase):
                 with loop.training_run(_dir('error'), total_steps=STEPS, population=2,
                                        population_members=members, **SETTINGS):
                     pass
-        gin.parse_config('train.algorithm = @A2C')
-        with self.assertRaisesRegex(run_config.ConfigError,
-                                    'train.population = 2: A2C does not train as a population'):
+        gin.parse_config('train.algorithm = @OffPolicyTesting')
+        with self.assertRaisesRegex(
+                run_config.ConfigError,
+                'train.population = 2: OffPolicyTesting does not train as a population; A2C, '
+                'PPO do'):
             with loop.training_run(_dir('error'), total_steps=STEPS, population=2, **SETTINGS):
                 pass
+
+    def test_an_a2c_population_is_the_lone_runs_of_its_seeds(self):
+        gin.parse_config('train.algorithm = @A2C')
+        settings = dict(SETTINGS, rollout_length=8, eval_every_steps=500)
+        population = _dir('a2c-population')
+        loop.train(population, total_steps=1024, population=len(SEEDS), seed=SEEDS[0],
+                   **settings)
+        for index, seed in enumerate(SEEDS):
+            lone = _dir(f'a2c-{seed}')
+            loop.train(lone, total_steps=1024, seed=seed, **settings)
+            records, alone = _records(_member(population, index)), _records(lone)
+            self.assertEqual([record['step'] for record in records], [512, 1024])
+            # The same run up to float rounding (batched matmuls round otherwise).
+            np.testing.assert_allclose([record['mean_return'] for record in records],
+                                       [record['mean_return'] for record in alone],
+                                       rtol=1e-3, err_msg=f'member {index}')
 
 
 if __name__ == '__main__':

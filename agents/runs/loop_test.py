@@ -555,10 +555,11 @@ class StubAlgorithm(algorithm.OnPolicyAlgorithm):
         return ()
 
     def act(self, observ, state, reset_mask, greedy=False):
-        params, state = self.policy.step(tf.cast(observ, tf.float32), state)
+        # The network's leading member axis: one member.
+        params, state = self.policy.step(tf.cast(observ, tf.float32)[None], state)
         distribution = self.policy.distribution(params)
         action = distribution.mode() if greedy else distribution.sample(seed=[1, 2])
-        return action, {'seen': tf.ones_like(reset_mask)}, state
+        return action[0], {'seen': tf.ones_like(reset_mask)}, state
 
     def update(self, batch):
         # As a real update, after its batch: the counters have no other tie to the rollout,

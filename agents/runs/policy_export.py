@@ -95,18 +95,20 @@ class _ExportedPolicy(tf.Module):
             return normalizer.normalize(observ) if normalizer is not None else observ
 
         def act(observ, state, reset, greedy):
-            state = policy.reset_state(state, reset)
-            params, new_state = policy.step(normalize(observ), state)
+            # The networks' leading member axis: an exported policy is one member's.
+            state = policy.reset_state(tf.nest.map_structure(lambda x: x[None], state),
+                                       reset[None])
+            params, new_state = policy.step(normalize(observ[None]), state)
             distribution = policy.distribution(params)
             if greedy:
                 action = distribution.mode()
             else:
                 action = distribution.sample(
                     seed=tf.cast(self.random.make_seeds(1)[:, 0], tf.int32))
-            return action, new_state
+            return action[0], tf.nest.map_structure(lambda x: x[0], new_state)
 
         if policy.recurrent:
-            state_shape = policy.initial_state(1).shape[1:]
+            state_shape = policy.initial_state(1).shape[2:]
             specs = [observ_spec, tf.TensorSpec([None, *state_shape], tf.float32, name='state'),
                      tf.TensorSpec([None], tf.bool, name='reset')]
 
@@ -119,7 +121,7 @@ class _ExportedPolicy(tf.Module):
                 return {'action': action, 'state': new_state}
 
             def initial_state(batch_size):
-                return {'state': policy.initial_state(batch_size)}
+                return {'state': policy.initial_state(batch_size)[0]}
 
             self.initial_state = tf.function(
                 initial_state, input_signature=[tf.TensorSpec([], tf.int32, name='batch_size')],
@@ -190,7 +192,7 @@ class PolicyExporter:
             'observation_space': space_to_dict(observation_space),
             'action_space': space_to_dict(action_space),
             'recurrent': bool(policy.recurrent),
-            'state_shape': list(state.shape[1:]) if policy.recurrent else None,
+            'state_shape': list(state.shape[2:]) if policy.recurrent else None,
         }
         self._sources = (policy, normalizer)
         self._module = _ExportedPolicy(policy, normalizer, observation_space.shape,

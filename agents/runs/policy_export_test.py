@@ -60,10 +60,10 @@ def make_agent(action_size, policy_network, seed=0):
     agent = ppo.PPO(observ_shape=(3,), action_size=action_size, num_envs=2,
                     policy_network=policy_network, jit_compile=True, seed=seed)
     for variable in agent.policy.trainable_variables:
-        if variable.shape.rank == 2 and variable.shape[-1] == action_size:
+        if variable.shape.rank == 3 and variable.shape[-1] == action_size:  # Output kernels.
             variable.assign(variable * 150.0)
     rng = np.random.default_rng(seed)
-    agent.observ_normalizer.update(rng.normal([1.0, -2.0, 5.0], [0.5, 3.0, 10.0], (500, 3)))
+    agent.observ_normalizer.update(rng.normal([1.0, -2.0, 5.0], [0.5, 3.0, 10.0], (1, 500, 3)))
     return agent
 
 
@@ -153,7 +153,7 @@ class PolicyExportTest(absltest.TestCase):
 
     def test_sampled_actions_follow_the_policy_distribution(self):
         agent = make_agent(2, networks.FeedForwardGaussianPolicy)
-        agent.policy.log_std.assign([np.log(0.5), np.log(2.0)])
+        agent.policy.log_std.assign([[np.log(0.5), np.log(2.0)]])
         policy = policy_export.SavedPolicy(self.export(agent, 'gaussian', BOX_ACTIONS),
                                            greedy=False)
         observ = np.repeat(observations(1), 20000, axis=0)
@@ -216,8 +216,8 @@ class PolicyExportTest(absltest.TestCase):
         observ = observations(10)
         exporter.export(path, step=100)
         before = policy_export.SavedPolicy(path)(observ, (), None)[0]
-        agent.policy.mean.bias.assign([3.0, -3.0])
-        agent.observ_normalizer.update(observations(50, seed=7) * 4)
+        agent.policy.mean.bias.assign([[[3.0, -3.0]]])
+        agent.observ_normalizer.update(observations(50, seed=7)[None] * 4)
         exporter.export(path, step=100)
         after = policy_export.SavedPolicy(path)
         np.testing.assert_allclose(after(observ, (), None)[0], live_actions(agent, observ),
@@ -231,7 +231,7 @@ class PolicyExportTest(absltest.TestCase):
         first = exporter.export(os.path.join(self.directory, '1'), step=1, config='a = 1')
         for variable in agent.policy.trainable_variables:
             variable.assign(variable * 1.5)
-        agent.observ_normalizer.update(observations(50, seed=7) * 4)
+        agent.observ_normalizer.update(observations(50, seed=7)[None] * 4)
         later = exporter.export(os.path.join(self.directory, '2'), step=2, config='a = 2')
 
         def files(directory):
@@ -261,8 +261,8 @@ class PolicyExportTest(absltest.TestCase):
         writer = threading.Thread(target=exporter.write, args=(path,))
         writer.start()
         for _ in range(20):  # Training goes on meanwhile.
-            agent.policy.mean.bias.assign_add([0.5, -0.5])
-            agent.observ_normalizer.update(observations(50, seed=7) * 4)
+            agent.policy.mean.bias.assign_add([[[0.5, -0.5]]])
+            agent.observ_normalizer.update(observations(50, seed=7)[None] * 4)
         writer.join()
         saved = policy_export.SavedPolicy(path)
         np.testing.assert_array_equal(saved(observ, (), None)[0], captured)

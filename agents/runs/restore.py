@@ -250,7 +250,7 @@ def restore_agent(logdir, checkpoint=None):
     if not isinstance(algorithm, gin.config.ConfigurableReference):
         raise ConfigError(f'the configuration of logdir {logdir} names an algorithm that is not '
                           f'registered (agents/algorithms/registry.py): '
-                          f'@{getattr(algorithm, "_selector", algorithm)}')
+                          f'@{getattr(algorithm, "selector", algorithm)}')
     algorithm = _resolve_references(algorithm)
     try:
         agent = agent_factory.build_algorithm(

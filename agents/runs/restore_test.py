@@ -170,7 +170,7 @@ class RestoreTest(absltest.TestCase):
                               policy_network=networks.FeedForwardCategoricalPolicy)
         for agent, message in (
                 (wider, r'does not fit the configuration.*agent/policy/mean/kernel has shape '
-                        r'\[32, 1\], expected \[64, 1\] \(and \d+ more\)'),
+                        r'\[1, 32, 1\], expected \[1, 64, 1\] \(and \d+ more\)'),
                 (categorical, r'does not fit the configuration.*lacks \d+ variable.*e.g. '
                               'agent/policy/log_std')):
             path = save_checkpoint(directory, agent, 100)

@@ -68,13 +68,13 @@ class RunSettings:
         progress lines are not held up. None: as many as fit. The results are the same
         whatever the value.
       population: K > 1 trains K independent agents of seeds `seed`, ..., `seed` + K - 1 in
-        one program (native backend, an algorithm of `registry.POPULATIONS`), each on its
+        one program (native backend, an algorithm with MEMBER_HYPERPARAMETERS), each on its
         own `num_envs` environments and with its own `eval_episodes`; each member's run is
         an ordinary run in `<logdir>/member-<k>/`, and `total_steps` is each member's budget.
       population_members: the K members' own bindings, a list of dicts, e.g.
         `[{'train.seed': 3, 'PPO.learning_rate': 1e-3}, ...]`: `train.seed` (default `seed` +
-        k) and the hyperparameters in which members may differ (the population class's
-        SCALARS). None: seeds alone.
+        k) and the hyperparameters in which members may differ (the algorithm's
+        MEMBER_HYPERPARAMETERS). None: seeds alone.
       seed: seeds environments, network initialization and sampling.
     """
     algorithm: object = gin.REQUIRED
@@ -113,9 +113,10 @@ class RunSettings:
         return self.env_backend == 'native'
 
     @property
-    def population_class(self):
-        """The class of the algorithm's populations (`population` > 1), or None."""
-        return registry.population_class(self.algorithm_class) if self.population > 1 else None
+    def member_hyperparameters(self):
+        """What each member of a population (`population` > 1) may set; raises ValueError for
+        an algorithm that does not train as a population."""
+        return registry.member_hyperparameters(self.algorithm_class)
 
     def compiles_with_xla(self):
         """`jit_compile`, or by default: native environments, unless a small lone run."""
@@ -155,7 +156,7 @@ class RunSettings:
             population_members = [{} for _ in range(self.population)]
         name = self.algorithm_class.__name__
         allowed = {run_dir.SEED_BINDING} | {
-            f'{name}.{scalar}' for scalar in self.population_class.SCALARS}
+            f'{name}.{scalar}' for scalar in self.member_hyperparameters}
         members, bindings = [], []
         for index, overrides in enumerate(population_members):
             unknown = sorted(set(overrides) - allowed) if isinstance(overrides, dict) else None
@@ -231,7 +232,7 @@ class RunSettings:
     def _check_population(self):
         if self.population > 1:
             try:
-                self.population_class  # noqa: B018 (raises for an algorithm without one)
+                self.member_hyperparameters  # noqa: B018 (raises for an algorithm without one)
             except ValueError as error:
                 raise run_config.ConfigError(
                     f'train.population = {self.population}: {error}') from None

@@ -428,6 +428,19 @@ def _process_state(pid):
     return ' (it was stopped)' if stopped else ''
 
 
+def _check_pool_arguments(num_envs, num_workers, start_method, host_in_caller, spin_seconds):
+    """Raises a ValueError naming the first argument a worker pool cannot start with."""
+    if start_method not in START_METHODS:
+        raise ValueError(
+            f'start_method must be one of {START_METHODS} (plain fork is unsafe with '
+            f'TensorFlow), got {start_method!r}')
+    if num_workers < 1 or num_workers + bool(host_in_caller) > num_envs:
+        raise ValueError(
+            f'num_workers must be in [1, {num_envs - bool(host_in_caller)}] for {num_envs} '
+            f'envs{" with host_in_caller" if host_in_caller else ""}, got {num_workers}')
+    if spin_seconds < 0:
+        raise ValueError(f'spin_seconds must be >= 0, got {spin_seconds}')
+
 class WorkerPool:
     """Hosts contiguous slices of a batch of envs in worker processes, with shared buffers.
 
@@ -450,19 +463,11 @@ class WorkerPool:
         are deemed hung (WorkerHungError). Workers die with the process that started them
         (when a forkserver started them, or the main thread; see `_die_with_parent`).
         """
-        if start_method not in START_METHODS:
-            raise ValueError(
-                f'start_method must be one of {START_METHODS} (plain fork is unsafe with '
-                f'TensorFlow), got {start_method!r}')
+        _check_pool_arguments(len(env_fns), num_workers, start_method, host_in_caller,
+                              spin_seconds)
         num_envs = len(env_fns)
         self._host_in_caller = bool(host_in_caller)
         num_hosts = num_workers + self._host_in_caller
-        if num_workers < 1 or num_hosts > num_envs:
-            raise ValueError(
-                f'num_workers must be in [1, {num_envs - self._host_in_caller}] for {num_envs} '
-                f'envs{" with host_in_caller" if host_in_caller else ""}, got {num_workers}')
-        if spin_seconds < 0:
-            raise ValueError(f'spin_seconds must be >= 0, got {spin_seconds}')
         context = multiprocessing.get_context(start_method)
         if start_method == 'forkserver':
             # Workers fork from a server that has already imported what they need.
@@ -500,14 +505,7 @@ class WorkerPool:
                         autoreset_mode, collect_infos, spin_seconds,
                         die_with_parent=start_method == 'forkserver'
                         or threading.current_thread() is threading.main_thread())
-            self._poller = select.poll()
-            self._poller.register(self._wakeup_fds[0], select.POLLIN)
-            self._fd_owners = {}  # fd -> (host, whether it is the process sentinel).
-            for host, process in self._processes.items():
-                for fd, is_sentinel in ((self._reply_conns[host].fileno(), False),
-                                        (process.sentinel, True)):
-                    self._poller.register(fd, select.POLLIN)
-                    self._fd_owners[fd] = (host, is_sentinel)
+            self._register_polling()
             if host_in_caller:  # While the workers make their envs.
                 _, stop = self.env_slices[CALLER]
                 self._caller_hosts.append(EnvHost(
@@ -521,6 +519,17 @@ class WorkerPool:
             self.close(terminate=True)
             raise
 
+
+    def _register_polling(self):
+        """Polls the wake-up pipe and each worker's replies and process sentinel."""
+        self._poller = select.poll()
+        self._poller.register(self._wakeup_fds[0], select.POLLIN)
+        self._fd_owners = {}  # fd -> (host, whether it is the process sentinel).
+        for host, process in self._processes.items():
+            for fd, is_sentinel in ((self._reply_conns[host].fileno(), False),
+                                    (process.sentinel, True)):
+                self._poller.register(fd, select.POLLIN)
+                self._fd_owners[fd] = (host, is_sentinel)
     def _start(self, context, env_fns, first_worker, observation_space, action_space,
                autoreset_mode, collect_infos, spin_seconds, die_with_parent):
         with _main_module_hidden():

@@ -2,7 +2,7 @@
 
 Trials whose configuration runs on native environments and that differ only in their seeds and
 in scalars a population's members may set (PPO's learning rate, clip ratio, entropy
-coefficient, discount and GAE lambda: the population class's SCALARS) train together as one
+coefficient, discount and GAE lambda: the algorithm's MEMBER_HYPERPARAMETERS) train together as one
 `train.population_members` run (docs/run_loop.md, "Populations"), up to `max_members` at a
 time, in the sweep's order. Each trial keeps its own result (`trials/<id>/result.json`), its
 run directory being its member's (`populations/<id>/member-<k>/`).
@@ -99,8 +99,8 @@ class Packer:
                 if problem is None:
                     try:
                         algorithm = gin.query_parameter('train.algorithm').scoped_configurable_fn
-                        cls = registry.population_class(algorithm)
-                        names = {f'{algorithm.__name__}.{scalar}' for scalar in cls.SCALARS}
+                        names = {f'{algorithm.__name__}.{scalar}' for scalar in
+                                 registry.member_hyperparameters(algorithm)}
                     except (ValueError, AttributeError):
                         pass
             self._scalars[trial.gin_bindings] = {

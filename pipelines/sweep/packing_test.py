@@ -9,7 +9,7 @@ import gin
 import numpy as np
 from absl.testing import absltest
 
-from agents.algorithms import registry  # noqa: F401 (registers the algorithms)
+from agents.algorithms import off_policy_testing, registry  # noqa: F401 (registers them)
 from agents.runs import loop, run_config
 from pipelines.sweep import packing, sweep_spec, trial
 
@@ -71,10 +71,10 @@ class PackerTest(absltest.TestCase):
              'PPO.clip_ratio': t.bindings['PPO.clip_ratio']} for t in population.trials])
         self.assertEqual(gin.query_parameter('train.total_steps'), 4096)
         # ... and builds the population from them.
-        with loop.training_run('/nonexistent/logdir') as run:
+        with loop.training_run(self.create_tempdir().full_path) as run:
             agent = run.agent
             self.assertEqual(agent.num_members, 8)
-            np.testing.assert_allclose(agent.scalars['learning_rate'].numpy(), [
+            np.testing.assert_allclose(agent.hyperparameters['learning_rate'], [
                 t.bindings['PPO.learning_rate'] for t in population.trials], rtol=1e-6)
 
     def test_the_bundled_native_sweep_packs_into_a_population_per_worker(self):
@@ -103,14 +103,16 @@ class PackerTest(absltest.TestCase):
     def test_trials_the_trainer_cannot_train_as_a_population_train_alone(self):
         for gin_file, bindings in (
                 ('configs/pendulum.gin', ''),  # Gymnasium environments.
-                ('configs/pendulum_native.gin', 'bindings: {PPO.objective: kl_penalty}\n')):
+                # An algorithm without populations.
+                ('configs/pendulum_native.gin',
+                 "bindings: {train.algorithm: '@OffPolicyTesting'}\n")):
             spec = sweep_spec.parse(
                 f'gin_files: [{gin_file}]\nbudget: {{env_steps: 4096}}\nseeds: 3\n{bindings}')
             with self.assertLogs('absl', 'INFO') as logs:
                 units = self.pack(spec)
             self.assertEqual(describe(units), [t.id for t in spec.trials()])
             self.assertIn('3 trials', ''.join(logs.output))
-        self.assertIn('kl_penalty', logs.output[-1])
+        self.assertIn('OffPolicyTesting does not train as a population', logs.output[-1])
 
     def test_a_varied_binding_a_member_cannot_set_separates_trials(self):
         spec = parse('grid: {PPO.num_epochs: [2, 4]}\n')  # One seed: every trial alone.

@@ -18,43 +18,14 @@ gradient step, so the policy that acted is the one the update differentiates, an
 recomputing its log-probs inside the gradient tape is all the update needs.
 """
 
+import functools
+
 import gin
 import tensorflow as tf
 
-from agents.algorithms import actor_critic, networks
+from agents.algorithms import actor_critic, members, networks, optimizers
 
 OPTIMIZERS = ('rmsprop', 'adam')
-
-
-class TorchRMSprop(tf.keras.optimizers.Optimizer):
-    """RMSprop as PyTorch computes it, hence as SB3's A2C steps (`use_rms_prop=True`).
-
-    `v = alpha * v + (1 - alpha) * g^2` (from zero), then `w -= lr * g / (sqrt(v) + epsilon)`.
-    Keras' RMSprop adds epsilon inside the root, `sqrt(v + epsilon)`: with SB3's epsilon 1e-5 that
-    floors the denominator at 3e-3 instead of 1e-5, so gradient entries below about 0.03 would
-    take far smaller steps than in SB3. (SB3's optional RMSpropTFLike, the TF1 variant, also
-    starts `v` at one; that is not this.)
-    """
-
-    def __init__(self, learning_rate, alpha=0.99, epsilon=1e-5, name='rmsprop'):
-        super().__init__(learning_rate=learning_rate, name=name)
-        self.alpha = alpha
-        self.epsilon = epsilon
-
-    def build(self, var_list):
-        if self.built:
-            return
-        super().build(var_list)
-        self._square_averages = self.add_optimizer_variables(var_list, 'square_average')
-
-    def update_step(self, gradient, variable, learning_rate):
-        square_average = self._square_averages[self._get_variable_index(variable)]
-        gradient = tf.cast(gradient, variable.dtype)
-        self.assign(square_average, self.alpha * square_average +
-                    (1.0 - self.alpha) * tf.square(gradient))
-        step = tf.cast(learning_rate, variable.dtype) * gradient / (
-            tf.sqrt(square_average) + self.epsilon)
-        self.assign_sub(variable, step)
 
 
 @gin.configurable
@@ -93,6 +64,7 @@ class A2C(actor_critic.ActorCritic):
             jit_compile=True,
             jit_compile_act=False,
             seed=0,
+            population=None,
             name=None):
         """Builds the agent.
 
@@ -110,7 +82,8 @@ class A2C(actor_critic.ActorCritic):
           learning_rate: the optimizer's initial learning rate.
           lr_anneal_updates: updates over which the learning rate decays linearly to zero (as
             the zoo's `lin_7e-4`); None keeps it constant.
-          optimizer: 'rmsprop' (SB3's `use_rms_prop=True`: PyTorch's RMSprop, see TorchRMSprop)
+          optimizer: 'rmsprop' (SB3's `use_rms_prop=True`: PyTorch's RMSprop, see
+            optimizers.RMSprop)
             or 'adam' (SB3's `use_rms_prop=False`: Adam with betas (0.9, 0.999)).
           rmsprop_alpha: RMSprop's decay of the squared-gradient average (PyTorch's alpha,
             Keras' rho).
@@ -133,35 +106,36 @@ class A2C(actor_critic.ActorCritic):
           jit_compile_act: compile the sampling `act` with XLA; off by default, as PPO's (XLA's
             spinning intra-op threads slow environment worker processes).
           seed: seeds network initialization and action sampling.
+          population: None for a lone agent; for a population, the lone agents (of these
+            settings but for their seeds and MEMBER_HYPERPARAMETERS) that are its members.
           name: module name.
         """
         if optimizer not in OPTIMIZERS:
             raise ValueError(f'Unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}.')
         actor_critic.check_arguments(
-            positive=('optimizer_epsilon',), unit_interval=('gae_lambda',),
-            non_negative=('value_coef', 'entropy_coef'), optimizer_epsilon=optimizer_epsilon,
-            gae_lambda=gae_lambda, value_coef=value_coef, entropy_coef=entropy_coef)
+            positive=('optimizer_epsilon',), non_negative=('value_coef',),
+            optimizer_epsilon=optimizer_epsilon, value_coef=value_coef)
         if not 0.0 <= rmsprop_alpha < 1.0:
             raise ValueError(f'rmsprop_alpha must lie in [0, 1), got {rmsprop_alpha!r}.')
         if optimizer == 'rmsprop':
-            optimizer = TorchRMSprop(learning_rate, alpha=rmsprop_alpha,
-                                     epsilon=optimizer_epsilon)
+            optimizer = functools.partial(optimizers.RMSprop, alpha=rmsprop_alpha,
+                                          epsilon=optimizer_epsilon)
         else:
-            optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate,
-                                                 epsilon=optimizer_epsilon)
+            optimizer = functools.partial(optimizers.Adam, epsilon=optimizer_epsilon)
         super().__init__(
             observ_shape, action_size, num_envs, policy_network, value_network, optimizer,
-            discount, learning_rate, lr_anneal_updates, max_grad_norm, normalize_observ,
-            observ_clip, scale_reward, reward_clip, jit_compile, jit_compile_act, seed, name)
-        self._gae_lambda = gae_lambda
+            dict(learning_rate=learning_rate, entropy_coef=entropy_coef, discount=discount,
+                 gae_lambda=gae_lambda),
+            lr_anneal_updates, max_grad_norm, normalize_observ, observ_clip, scale_reward,
+            reward_clip, jit_compile, jit_compile_act, seed, population, name)
         self._value_coef = value_coef
-        self._entropy_coef = entropy_coef
         self._normalize_advantages = normalize_advantages
 
     def _update(self, batch):
         """The update as one TF program: reward scaling, GAE, one gradient step, statistics."""
+        batch = tf.nest.map_structure(self.member_major, batch)  # [K, T, N, ...]
         extras = batch['extras']
-        reward, advantage, return_, done = self._targets(batch, self._gae_lambda)
+        reward, advantage, return_, done = self._targets(batch)
         data = {
             'observ': self.normalize(batch['observ']),
             'action': tf.cast(batch['action'], self.policy.action_dtype),
@@ -169,9 +143,9 @@ class A2C(actor_critic.ActorCritic):
             'return': return_,
             # The state recorded at the first step is already reset; later steps restart it
             # after every episode end.
-            'reset': tf.concat([tf.zeros_like(done[:1]), done[:-1]], 0),
+            'reset': tf.concat([tf.zeros_like(done[:, :1]), done[:, :-1]], 1),
             'policy_state': tf.nest.map_structure(
-                lambda state: state[0], extras.get('policy_state', ())),
+                lambda state: state[:, 0], extras.get('policy_state', ())),
         }
         self._anneal_learning_rate()
         with tf.GradientTape() as tape:
@@ -188,7 +162,8 @@ class A2C(actor_critic.ActorCritic):
         return metrics
 
     def loss(self, data):
-        """The whole A2C objective on a rollout of time-major `[T, N, ...]` data: (loss, metrics).
+        """The whole A2C objective on each member's rollout `[K, T, N, ...]`: ([K] losses,
+        {name: [K]}).
 
         `data` holds observ (normalized), action, advantage, return, reset (restart the policy
         state before step t) and policy_state (the state at step 0; `()` for feed-forward
@@ -199,15 +174,16 @@ class A2C(actor_critic.ActorCritic):
         advantage = tf.stop_gradient(data['advantage'])
         if self._normalize_advantages:
             # SB3 divides by torch's std, which is the unbiased one.
-            count = tf.cast(tf.size(advantage), tf.float32)
-            mean, variance = tf.nn.moments(advantage, axes=[0, 1])
+            count = tf.cast(tf.size(advantage[0]), tf.float32)
+            mean, variance = tf.nn.moments(advantage, axes=[1, 2], keepdims=True)
             std = tf.sqrt(variance * count / tf.maximum(count - 1.0, 1.0))
             advantage = (advantage - mean) / (std + 1e-8)
-        policy_loss = -tf.reduce_mean(advantage * policy.log_prob(data['action']))
-        value_loss = tf.reduce_mean(
+        policy_loss = -members.mean(advantage * policy.log_prob(data['action']))
+        value_loss = members.mean(
             tf.square(tf.stop_gradient(data['return']) - self.value(data['observ'])))
-        entropy = tf.reduce_mean(policy.entropy())
-        loss = policy_loss + self._value_coef * value_loss - self._entropy_coef * entropy
+        entropy = members.mean(policy.entropy())
+        loss = (policy_loss + self._value_coef * value_loss
+                - self.hyperparameter('entropy_coef') * entropy)
         metrics = {'loss': loss, 'policy_loss': policy_loss, 'value_loss': value_loss,
                    'entropy': entropy}
         return loss, metrics

@@ -1,5 +1,8 @@
 """Tests of A2C: the objective against numpy, the single RMSprop step, non-finite updates,
-argument checking, acting and recurrent policies."""
+argument checking, acting and recurrent policies.
+
+A lone agent is a population of one (members.py): its networks take and give a leading member
+axis of 1 (`[None]` below) and its metrics are `[1]`."""
 
 import functools
 
@@ -7,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.algorithms import networks
+from agents.algorithms import networks, optimizers
 from agents.algorithms.a2c import a2c
 
 OBSERV_SIZE, ACTION_SIZE, NUM_ENVS, NUM_STEPS = 3, 2, 3, 4
@@ -49,7 +52,7 @@ def _batch(agent, seed=0):
         'terminated': TERMINATED,
         'truncated': TRUNCATED,
         'next_observ': rng.normal(size=shape + (OBSERV_SIZE,)).astype(np.float32),
-        'extras': {'value': agent.value(observ).numpy()},
+        'extras': {'value': agent.value(observ[None])[0].numpy()},
     }
 
 
@@ -80,7 +83,7 @@ def _numpy_log_prob_entropy(params, action):
 def _numpy_objective(agent, batch, log_prob, entropy, discount=0.99, gae_lambda=1.0,
                      value_coef=0.5, entropy_coef=0.0, normalize_advantages=False):
     value = batch['extras']['value'].astype(np.float64)
-    next_value = agent.value(batch['next_observ']).numpy().astype(np.float64)
+    next_value = agent.value(batch['next_observ'][None])[0].numpy().astype(np.float64)
     advantage, return_ = _numpy_gae(batch['reward'].astype(np.float64), value, next_value,
                                     batch['terminated'], batch['truncated'], discount, gae_lambda)
     used_advantage = advantage
@@ -115,29 +118,35 @@ class LossTest(parameterized.TestCase):
     def test_matches_numpy_reference(self, categorical, options):
         agent = _agent(categorical, **options)
         batch = _batch(agent)
-        params = agent.policy.sequence(batch['observ'], (), np.zeros((NUM_STEPS, NUM_ENVS), bool))
+        params = agent.policy.sequence(batch['observ'][None], (),
+                                       np.zeros((1, NUM_STEPS, NUM_ENVS), bool))
         log_prob, entropy = _numpy_log_prob_entropy(
-            {key: value.numpy() for key, value in params.items()}, batch['action'])
+            {key: value[0].numpy() for key, value in params.items()}, batch['action'])
         expected = _numpy_objective(agent, batch, log_prob, entropy, **options)
         metrics = agent.update(batch)  # Reports the loss before its gradient step.
         for name, value in expected.items():
-            np.testing.assert_allclose(metrics[name].numpy(), value, rtol=1e-5, atol=1e-5,
+            self.assertEqual(metrics[name].shape, (1,), name)
+            np.testing.assert_allclose(metrics[name].numpy(), [value], rtol=1e-5, atol=1e-5,
                                        err_msg=name)
-        self.assertEqual({name: bool(value) for name, value in metrics['nonfinite'].items()},
-                         {'loss': False, 'gradient': False})
-        self.assertAlmostEqual(metrics['learning_rate'].numpy(), 7e-4, places=9)
+        self.assertEqual({name: value.numpy().tolist()
+                          for name, value in metrics['nonfinite'].items()},
+                         {'loss': [False], 'gradient': [False]})
+        np.testing.assert_allclose(metrics['learning_rate'].numpy(), [7e-4], rtol=1e-7)
 
     def test_loss_is_readable_on_its_own(self):
         agent = _agent()
         batch = _batch(agent)
+        # Member-major [K, T, N, ...] data of the one member.
         data = {'observ': batch['observ'], 'action': batch['action'],
                 'advantage': np.ones((NUM_STEPS, NUM_ENVS), np.float32),
                 'return': batch['extras']['value'],
-                'reset': np.zeros((NUM_STEPS, NUM_ENVS), bool), 'policy_state': ()}
-        loss, metrics = agent.loss(data)
+                'reset': np.zeros((NUM_STEPS, NUM_ENVS), bool)}
+        data = {key: value[None] for key, value in data.items()}
+        loss, metrics = agent.loss({**data, 'policy_state': ()})
         self.assertEqual(set(metrics), {'loss', 'policy_loss', 'value_loss', 'entropy'})
-        self.assertAlmostEqual(metrics['value_loss'].numpy(), 0.0, places=6)
-        self.assertAlmostEqual(loss.numpy(), metrics['policy_loss'].numpy(), places=6)
+        self.assertEqual(loss.shape, (1,))
+        np.testing.assert_allclose(metrics['value_loss'].numpy(), [0.0], atol=1e-6)
+        np.testing.assert_allclose(loss.numpy(), metrics['policy_loss'].numpy(), atol=1e-6)
 
 
 class UpdateTest(absltest.TestCase):
@@ -146,18 +155,19 @@ class UpdateTest(absltest.TestCase):
         agent = _agent(entropy_coef=0.01)
         batch = _batch(agent)
         value = batch['extras']['value']
-        next_value = agent.value(batch['next_observ']).numpy()
+        next_value = agent.value(batch['next_observ'][None])[0].numpy()
         advantage, return_ = _numpy_gae(batch['reward'], value, next_value, TERMINATED,
                                         TRUNCATED, 0.99, 1.0)
         # The objective written out independently of A2C.loss, differentiated by a tape.
         with tf.GradientTape() as tape:
-            params = agent.policy.sequence(batch['observ'], (), None)
-            loc, scale = params['loc'], params['scale']
+            params = agent.policy.sequence(batch['observ'][None], (), None)
+            loc, scale = params['loc'][0], params['scale'][0]
             log_prob = tf.reduce_sum(-0.5 * tf.square((batch['action'] - loc) / scale) -
                                      tf.math.log(scale) - 0.5 * np.log(2 * np.pi), -1)
             entropy = tf.reduce_sum(0.5 + 0.5 * np.log(2 * np.pi) + tf.math.log(scale), -1)
             loss = (-tf.reduce_mean(advantage * log_prob) +
-                    0.5 * tf.reduce_mean(tf.square(return_ - agent.value(batch['observ']))) -
+                    0.5 * tf.reduce_mean(
+                        tf.square(return_ - agent.value(batch['observ'][None])[0])) -
                     0.01 * tf.reduce_mean(entropy))
         gradients = [gradient.numpy() for gradient in tape.gradient(loss, agent._trainable)]
         norm = np.sqrt(sum(np.sum(gradient ** 2) for gradient in gradients))
@@ -168,12 +178,17 @@ class UpdateTest(absltest.TestCase):
                     for weight, gradient in zip(_weights(agent), gradients, strict=True)]
 
         metrics = agent.update(batch)
-        np.testing.assert_allclose(metrics['loss'].numpy(), loss.numpy(), rtol=1e-5)
-        np.testing.assert_allclose(metrics['gradient_norm'].numpy(), norm, rtol=1e-4)
-        self.assertEqual(int(agent.optimizer.iterations.numpy()), 1)
-        self.assertEqual(int(agent.update_count.numpy()), 1)
+        self.assertIsInstance(agent.optimizer, optimizers.RMSprop)
+        np.testing.assert_allclose(metrics['loss'].numpy(), [loss.numpy()], rtol=1e-5)
+        np.testing.assert_allclose(metrics['gradient_norm'].numpy(), [norm], rtol=1e-4)
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [1])
+        self.assertEqual(agent.update_count.numpy().tolist(), [1])
         for actual, wanted in zip(_weights(agent), expected, strict=True):
             np.testing.assert_allclose(actual, wanted, rtol=1e-4, atol=2e-6)
+        for average, gradient in zip(agent.optimizer.slots['square_average'], gradients,
+                                     strict=True):
+            np.testing.assert_allclose(average.numpy(), 0.01 * gradient ** 2, rtol=1e-4,
+                                       atol=1e-12)
 
     def test_loss_decreases_on_repeated_updates(self):
         for optimizer in a2c.OPTIMIZERS:
@@ -182,16 +197,17 @@ class UpdateTest(absltest.TestCase):
             losses = []
             for _ in range(15):
                 # Recorded values follow the network, as a fresh rollout's would.
-                batch['extras']['value'] = agent.value(batch['observ']).numpy()
+                batch['extras']['value'] = agent.value(batch['observ'][None])[0].numpy()
                 losses.append(agent.update(batch)['loss'].numpy())
-            self.assertEqual(int(agent.optimizer.iterations.numpy()), 15, optimizer)
-            self.assertLess(losses[-1], losses[0] - 0.1, optimizer)
+            self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [15], optimizer)
+            self.assertLess(losses[-1][0], losses[0][0] - 0.1, optimizer)
 
     def test_learning_rate_anneals_linearly(self):
         agent = _agent(lr_anneal_updates=4, learning_rate=1e-3)
         batch = _batch(agent)
         rates = [agent.update(batch)['learning_rate'].numpy() for _ in range(5)]
-        np.testing.assert_allclose(rates, [1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], atol=1e-9)
+        np.testing.assert_allclose(rates, [[1e-3], [7.5e-4], [5e-4], [2.5e-4], [0.0]],
+                                   atol=1e-9)
 
     def test_nonfinite_reward_leaves_weights_unchanged(self):
         agent = _agent(jit_compile=True)  # The loop's setting: XLA.
@@ -199,14 +215,15 @@ class UpdateTest(absltest.TestCase):
         batch['reward'][1, 2] = np.nan
         before = _weights(agent)
         metrics = agent.update(batch)
-        self.assertEqual({name: bool(value) for name, value in metrics['nonfinite'].items()},
-                         {'loss': True, 'gradient': False})
-        self.assertEqual(int(agent.optimizer.iterations.numpy()), 0)
+        self.assertEqual({name: value.numpy().tolist()
+                          for name, value in metrics['nonfinite'].items()},
+                         {'loss': [True], 'gradient': [False]})
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [0])
         for actual, wanted in zip(_weights(agent), before, strict=True):
             np.testing.assert_array_equal(actual, wanted)
-        for variable in agent.optimizer.variables:
-            if 'square_average' in variable.name:
-                np.testing.assert_array_equal(variable.numpy(), 0.0)
+        self.assertLen(agent.optimizer.slots['square_average'], len(before))
+        for variable in agent.optimizer.slots['square_average']:
+            np.testing.assert_array_equal(variable.numpy(), 0.0)
 
     def test_update_and_act_inside_one_compiled_function(self):
         agent = _agent(normalize_observ=True, scale_reward=True, jit_compile=True)
@@ -222,12 +239,12 @@ class UpdateTest(absltest.TestCase):
         self.assertEqual(set(extras), {'value'})
         self.assertFalse(any(bool(value) for value in metrics.pop('nonfinite').values()))
         for name, value in metrics.items():
-            self.assertEqual(value.shape, (), name)
-            self.assertTrue(np.isfinite(value.numpy()), name)
+            self.assertEqual(value.shape, (1,), name)
+            self.assertTrue(np.all(np.isfinite(value.numpy())), name)
         # Observation statistics take in the batch at the end of the update.
-        self.assertEqual(agent.observ_normalizer.count.numpy(), NUM_STEPS * NUM_ENVS)
-        self.assertEqual(agent.reward_scaler.return_statistics.count.numpy(),
-                         NUM_STEPS * NUM_ENVS)
+        self.assertEqual(agent.observ_normalizer.count.numpy().tolist(), [NUM_STEPS * NUM_ENVS])
+        self.assertEqual(agent.reward_scaler.return_statistics.count.numpy().tolist(),
+                         [NUM_STEPS * NUM_ENVS])
 
     def test_checkpoint_restores_every_train_variable(self):
         agent = _agent(categorical=True)
@@ -244,13 +261,14 @@ class UpdateTest(absltest.TestCase):
         variables = agent.undo_variables()
         self.assertLen({variable.ref() for variable in variables}, len(variables))
         refs = {variable.ref() for variable in variables}
-        for variable in (agent._trainable + [agent.update_count, agent.random.state,
-                                             agent.optimizer.iterations.value,
+        for variable in (agent._trainable + [agent.update_count, agent.sampling_seeds.draws,
+                                             agent.optimizer.iterations,
+                                             agent.optimizer.learning_rate,
                                              agent.observ_normalizer.count,
                                              agent.reward_scaler.running_return]):
             self.assertIn(variable.ref(), refs, variable.name)
-        for variable in agent.optimizer.variables:
-            self.assertIn(variable.value.ref(), refs, variable.name)
+        for variable in agent.optimizer.slots['square_average']:
+            self.assertIn(variable.ref(), refs, variable.name)
         self.assertEqual(set(agent.acting_modules()), {'policy', 'value', 'observ_normalizer'})
         for name, module in agent.acting_modules().items():
             self.assertIs(getattr(agent, name), module)
@@ -303,14 +321,16 @@ class ActTest(absltest.TestCase):
         reset = np.ones(NUM_ENVS, bool)
         for categorical in (False, True):
             agent = _agent(categorical)
-            params, _ = agent.policy.step(observ, ())
-            mode = (np.argmax(params['logits'], -1) if categorical else params['loc'].numpy())
+            params, _ = agent.policy.step(observ[None], ())
+            mode = (np.argmax(params['logits'][0], -1) if categorical
+                    else params['loc'][0].numpy())
             first, extras, _ = agent.act(observ, (), reset, greedy=True)
             second, _, _ = agent.act(observ, (), reset, greedy=True)
             np.testing.assert_allclose(first, mode, rtol=1e-5, atol=1e-8)
             np.testing.assert_array_equal(first, second)
             self.assertEqual(set(extras), {'value'})
-            np.testing.assert_allclose(extras['value'], agent.value(observ), rtol=1e-6)
+            np.testing.assert_allclose(extras['value'], agent.value(observ[None])[0],
+                                       rtol=1e-6)
 
     def test_sampling_follows_the_seed(self):
         observ = np.zeros((NUM_ENVS, OBSERV_SIZE), np.float32)
@@ -338,9 +358,11 @@ class RecurrentTest(absltest.TestCase):
         for t in range(NUM_STEPS):
             observ = rng.normal(size=(NUM_ENVS, OBSERV_SIZE)).astype(np.float32)
             # What the acting policy's log-prob of its action was, stepped independently.
-            params, _ = agent.policy.step(observ, agent.policy.reset_state(state, reset))
+            params, _ = agent.policy.step(observ[None],
+                                          agent.policy.reset_state(state, reset[None]))
             action, step_extras, state = agent.act(observ, state, reset)
-            log_probs.append(agent.policy.distribution(params).log_prob(action).numpy())
+            log_probs.append(
+                agent.policy.distribution(params).log_prob(action[None])[0].numpy())
             observs.append(observ)
             actions.append(action.numpy())
             extras.append(step_extras)
@@ -360,11 +382,11 @@ class RecurrentTest(absltest.TestCase):
         entropy = np.zeros((NUM_STEPS, NUM_ENVS))  # Entropy is state-independent here.
         expected = _numpy_objective(agent, batch, np.stack(log_probs), entropy)
         metrics = agent.update(batch)
-        np.testing.assert_allclose(metrics['policy_loss'].numpy(), expected['policy_loss'],
+        np.testing.assert_allclose(metrics['policy_loss'].numpy(), [expected['policy_loss']],
                                    rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(metrics['value_loss'].numpy(), expected['value_loss'],
+        np.testing.assert_allclose(metrics['value_loss'].numpy(), [expected['value_loss']],
                                    rtol=1e-5, atol=1e-6)
-        self.assertEqual(int(agent.optimizer.iterations.numpy()), 1)
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [1])
 
         del batch['extras']['policy_state']
         with self.assertRaisesRegex(ValueError, 'extras/policy_state'):

@@ -15,7 +15,7 @@ import functools
 import gin
 import tensorflow as tf
 
-from agents.algorithms import actor_critic, networks
+from agents.algorithms import actor_critic, members, networks, optimizers
 
 OBJECTIVES = ('clipped', 'kl_penalty')
 METRIC_NAMES = ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'approx_kl',
@@ -34,45 +34,21 @@ class PPO(actor_critic.ActorCritic):
     """
 
     EXTRAS_KEYS = ('log_prob', 'value', 'policy_params')
+    MEMBER_HYPERPARAMETERS = ('clip_ratio', *actor_critic.ActorCritic.MEMBER_HYPERPARAMETERS)
 
     def __init__(
-            self,
-            observ_shape,
-            action_size,
-            num_envs,
+            self, observ_shape, action_size, num_envs,
             policy_network=networks.FeedForwardGaussianPolicy,
-            value_network=networks.FeedForwardValue,
-            objective='clipped',
-            discount=0.99,
-            gae_lambda=0.95,
-            num_epochs=10,
-            num_minibatches=32,
-            chunk_length=None,
-            learning_rate=3e-4,
-            lr_anneal_updates=None,
-            adam_epsilon=1e-5,
-            max_grad_norm=0.5,
-            clip_ratio=0.2,
-            value_clip=0.2,
-            value_coef=0.5,
-            entropy_coef=0.0,
-            normalize_advantages=True,
-            early_stop_kl=None,
-            kl_target=0.01,
-            kl_cutoff_factor=2.0,
-            kl_cutoff_coef=1000.0,
-            kl_init_penalty=1.0,
-            kl_tolerance=(0.7, 1.3),
-            kl_penalty_change=1.5,
-            normalize_observ=True,
-            observ_clip=5.0,
-            scale_reward=True,
-            reward_clip=10.0,
-            jit_compile=True,
-            jit_compile_act=False,
-            concurrent_networks=False,
-            seed=0,
-            name=None):
+            value_network=networks.FeedForwardValue, objective='clipped',
+            discount=0.99, gae_lambda=0.95, num_epochs=10, num_minibatches=32, chunk_length=None,
+            learning_rate=3e-4, lr_anneal_updates=None, adam_epsilon=1e-5, max_grad_norm=0.5,
+            clip_ratio=0.2, value_clip=0.2, value_coef=0.5, entropy_coef=0.0,
+            normalize_advantages=True, early_stop_kl=None,
+            kl_target=0.01, kl_cutoff_factor=2.0, kl_cutoff_coef=1000.0, kl_init_penalty=1.0,
+            kl_tolerance=(0.7, 1.3), kl_penalty_change=1.5,
+            normalize_observ=True, observ_clip=5.0, scale_reward=True, reward_clip=10.0,
+            jit_compile=True, jit_compile_act=False, concurrent_networks=False, seed=0,
+            population=None, name=None):
         """Builds the agent.
 
         Args:
@@ -125,6 +101,8 @@ class PPO(actor_critic.ActorCritic):
             loop then compiles the rollout alone, since one XLA program around the update would
             make its two programs one again.
           seed: seeds network initialization, action sampling and minibatch shuffling.
+          population: None for a lone agent; for a population, the lone agents (of these
+            settings but for their seeds and MEMBER_HYPERPARAMETERS) that are its members.
           name: module name.
         """
         if objective not in OBJECTIVES:
@@ -133,65 +111,66 @@ class PPO(actor_critic.ActorCritic):
             positive_int=('num_epochs', 'num_minibatches', 'chunk_length'),
             positive=('adam_epsilon', 'clip_ratio', 'value_clip', 'early_stop_kl', 'kl_target',
                       'kl_cutoff_factor', 'kl_init_penalty', 'kl_penalty_change'),
-            unit_interval=('gae_lambda',),
             num_epochs=num_epochs, num_minibatches=num_minibatches, chunk_length=chunk_length,
             adam_epsilon=adam_epsilon, clip_ratio=clip_ratio, value_clip=value_clip,
             early_stop_kl=early_stop_kl, kl_target=kl_target, kl_cutoff_factor=kl_cutoff_factor,
-            kl_init_penalty=kl_init_penalty, kl_penalty_change=kl_penalty_change,
-            gae_lambda=gae_lambda)
+            kl_init_penalty=kl_init_penalty, kl_penalty_change=kl_penalty_change)
         if len(kl_tolerance) != 2 or not 0 < kl_tolerance[0] <= kl_tolerance[1]:
             raise ValueError(f'kl_tolerance must be (low, high) with 0 < low <= high, '
                              f'got {kl_tolerance!r}.')
+        if concurrent_networks and not jit_compile:
+            raise ValueError('concurrent_networks needs jit_compile: the networks train side '
+                             'by side as two XLA programs.')
+        adam = functools.partial(optimizers.Adam, epsilon=adam_epsilon)
         super().__init__(
-            observ_shape, action_size, num_envs, policy_network, value_network,
-            tf.keras.optimizers.Adam(learning_rate=learning_rate, epsilon=adam_epsilon),
-            discount, learning_rate, lr_anneal_updates, max_grad_norm, normalize_observ,
-            observ_clip, scale_reward, reward_clip, jit_compile, jit_compile_act, seed, name)
+            observ_shape, action_size, num_envs, policy_network, value_network, adam,
+            dict(learning_rate=learning_rate, clip_ratio=clip_ratio, entropy_coef=entropy_coef,
+                 discount=discount, gae_lambda=gae_lambda),
+            lr_anneal_updates, max_grad_norm, normalize_observ, observ_clip, scale_reward,
+            reward_clip, jit_compile, jit_compile_act, seed, population, name)
         if chunk_length is not None and not self.policy.recurrent:
             raise ValueError('chunk_length only applies to recurrent policies; feed-forward '
                              'policies train on single steps.')
         self._chunk_length = chunk_length if self.policy.recurrent else 1
-        self._objective = objective
-        self._gae_lambda = gae_lambda
+        self.objective_name = objective
         self._num_epochs = num_epochs
         self._num_minibatches = num_minibatches
-        self._clip_ratio = clip_ratio
         self._value_clip = value_clip
         self._value_coef = value_coef
-        self._entropy_coef = entropy_coef
         self._normalize_advantages = normalize_advantages
         self._early_stop_kl = early_stop_kl
-        self._kl_target = kl_target
-        self._kl_cutoff_factor = kl_cutoff_factor
-        self._kl_cutoff_coef = kl_cutoff_coef
-        self._kl_tolerance = tuple(kl_tolerance)
-        self._kl_penalty_change = kl_penalty_change
-        self.kl_penalty = tf.Variable(float(kl_init_penalty), trainable=False, name='kl_penalty')
+        self._kl = dict(target=kl_target, cutoff_factor=kl_cutoff_factor,
+                        cutoff_coef=kl_cutoff_coef, tolerance=tuple(kl_tolerance),
+                        penalty_change=kl_penalty_change)
+        self.kl_penalty = tf.Variable(tf.fill([self.num_members], float(kl_init_penalty)),
+                                      trainable=False, name='kl_penalty')
         self.concurrent_networks = bool(concurrent_networks)
         if self.concurrent_networks:
-            if not jit_compile:
-                raise ValueError('concurrent_networks needs jit_compile: the networks train side '
-                                 'by side as two XLA programs.')
-            # `self.optimizer` then steps the policy alone.
-            self.value_optimizer = tf.keras.optimizers.Adam(
-                learning_rate=learning_rate, epsilon=adam_epsilon)
-            self.value_optimizer.build(self.value.trainable_variables)
-            # The update's own graph stays outside XLA, so that TF's executor runs the two
-            # programs at once.
-            self._compiled_update = tf.function(self._update, autograph=False)
-            self._network_programs = {
-                network: tf.function(functools.partial(self._network_steps, network),
-                                     jit_compile=True, autograph=False)
-                for network in ('policy', 'value')}
+            self._build_concurrent_networks(adam)
+
+    def _build_concurrent_networks(self, adam):
+        """The value network's optimizer (`self.optimizer` then steps the policy alone) and the
+        two networks' programs."""
+        self.optimizer = adam(self.policy.trainable_variables,
+                              self.hyperparameters['learning_rate'])
+        self.value_optimizer = adam(self.value.trainable_variables,
+                                    self.hyperparameters['learning_rate'])
+        # The update's own graph stays outside XLA, so that TF's executor runs the two programs
+        # at once.
+        self._compiled_update = tf.function(self._update, autograph=False)
+        self._network_programs = {
+            network: tf.function(functools.partial(self._network_steps, network),
+                                 jit_compile=True, autograph=False)
+            for network in ('policy', 'value')}
 
     def update(self, batch):
-        """Trains on one time-major rollout (see algorithm.py); returns scalar metrics.
+        """Trains each member on its block of one time-major rollout (see algorithm.py);
+        returns `[K]` metrics.
 
-        A non-finite loss or gradient stops the update before that gradient step is applied;
-        the `nonfinite` metric then names it ({quantity: bool} of NONFINITE_QUANTITIES). Steps
-        applied before it
-        and the statistics updates stay: a caller that must drop the whole batch restores the
-        variables it saved (as the run loop does).
+        A non-finite loss or gradient stops that member's update before the gradient step is
+        applied; the `nonfinite` metric then names it ({quantity: [K] bool} of
+        NONFINITE_QUANTITIES). Steps applied before it and the statistics updates stay: a caller
+        that must drop the whole batch restores the variables it saved (as the run loop does).
         """
         self._check_batch(batch)
         if isinstance(self._num_units(batch), tf.Tensor):
@@ -204,28 +183,29 @@ class PPO(actor_critic.ActorCritic):
         return self._compiled_update(batch)
 
     def _num_units(self, batch):
-        """Training units in the batch: steps, or sequence chunks for recurrent policies."""
+        """Training units of each member in the batch: steps, or sequence chunks for recurrent
+        policies."""
         num_steps, num_envs = tf.TensorShape(batch['reward'].shape)
         if num_steps is None or num_envs is None:
             size = tf.shape(batch['reward'])
             num_steps, num_envs = size[0], size[1]
-        return num_steps // (self._chunk_length or num_steps) * num_envs
+        return num_steps // (self._chunk_length or num_steps) * (num_envs // self.num_members)
 
     def _update(self, batch):
         """The update as one TF program: normalization, GAE, epochs x minibatches, statistics."""
         num_units = self._num_units(batch)
+        batch = tf.nest.map_structure(self.member_major, batch)  # [K, T, N, ...]
         extras = batch['extras']
-        reward, advantage, return_, done = self._targets(batch, self._gae_lambda)
-        observ = self.normalize(batch['observ'])
+        reward, advantage, return_, done = self._targets(batch)
 
-        num_steps = tf.shape(reward)[0]
+        num_steps = tf.shape(reward)[1]
         length = self._chunk_length or num_steps
         # The state recorded at a chunk start is already reset; inside a chunk the policy resets
         # its state before every step that follows an episode end.
         starts_chunk = tf.equal(tf.range(num_steps) % length, 0)[:, None]
-        follows_done = tf.concat([tf.zeros_like(done[:1]), done[:-1]], 0)
+        follows_done = tf.concat([tf.zeros_like(done[:, :1]), done[:, :-1]], 1)
         data = {
-            'observ': observ,
+            'observ': self.normalize(batch['observ']),
             'action': tf.cast(batch['action'], self.policy.action_dtype),
             'log_prob': extras['log_prob'],
             'value': extras['value'],
@@ -236,15 +216,18 @@ class PPO(actor_critic.ActorCritic):
         }
         data = tf.nest.map_structure(lambda tensor: self._to_chunks(tensor, length), data)
         initial_state = tf.nest.map_structure(
-            lambda state: tf.reshape(state[::length], tf.concat([[-1], tf.shape(state)[2:]], 0)),
+            lambda state: tf.reshape(state[:, ::length],
+                                     tf.concat([[self.num_members, -1], tf.shape(state)[3:]], 0)),
             extras.get('policy_state', ()))
 
         self._anneal_learning_rate()
         minibatch_size = num_units // self._num_minibatches
-        order = tf.argsort(tf.random.stateless_uniform(
-            [self._num_epochs, num_units], seed=self._next_seed()), axis=1)
-        minibatch_indices = tf.reshape(order[:, :minibatch_size * self._num_minibatches],
-                                       [-1, minibatch_size])
+        seeds = self.sampling_seeds.next()
+        order = tf.stack([tf.argsort(tf.random.stateless_uniform(
+            [self._num_epochs, num_units], seed=seeds[member]), axis=1)
+            for member in range(self.num_members)])
+        minibatch_indices = tf.reshape(order[:, :, :minibatch_size * self._num_minibatches],
+                                       [self.num_members, -1, minibatch_size])
         metrics = self._train_minibatches(data, initial_state, minibatch_indices)
 
         with tf.control_dependencies(tf.nest.flatten(metrics)):
@@ -259,12 +242,6 @@ class PPO(actor_critic.ActorCritic):
     @property
     def concurrent_update(self):
         return self.concurrent_networks
-
-    def undo_variables(self):
-        variables = super().undo_variables()
-        if self.concurrent_networks:
-            variables[-1:-1] = [variable.value for variable in self.value_optimizer.variables]
-        return variables
 
     def _anneal_learning_rate(self):
         super()._anneal_learning_rate()
@@ -283,7 +260,7 @@ class PPO(actor_critic.ActorCritic):
             metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
             metrics['value_loss'] = value_sums['value_loss'] / tf.maximum(value_applied, 1.0)
             metrics['loss'] = (metrics['policy_loss'] + self._value_coef * metrics['value_loss']
-                               - self._entropy_coef * metrics['entropy'])
+                               - self.hyperparameter('entropy_coef') * metrics['entropy'])
             # Of the networks' mean norms, as the joint update's norm is of their steps' norms.
             metrics['gradient_norm'] = tf.sqrt(
                 tf.square(metrics['gradient_norm']) +
@@ -299,13 +276,13 @@ class PPO(actor_critic.ActorCritic):
         policy = self.policy.distribution(
             self.policy.sequence(data['observ'], initial_state, data['reset']))
         old_policy = self.policy.distribution(data['policy_params'])
-        final_kl = tf.reduce_mean(old_policy.kl_divergence(policy))
-        if self._objective == 'kl_penalty':
-            low, high = self._kl_tolerance
-            change = tf.where(final_kl > high * self._kl_target, self._kl_penalty_change,
-                              tf.where(final_kl < low * self._kl_target,
-                                       1.0 / self._kl_penalty_change, 1.0))
-            self.kl_penalty.assign(self.kl_penalty * change)
+        final_kl = members.mean(old_policy.kl_divergence(policy))
+        if self.objective_name == 'kl_penalty':
+            low, high = self._kl['tolerance']
+            target, change = self._kl['target'], self._kl['penalty_change']
+            self.kl_penalty.assign(self.kl_penalty * tf.where(
+                final_kl > high * target, change,
+                tf.where(final_kl < low * target, 1.0 / change, 1.0)))
         metrics['final_kl'] = final_kl
         metrics['num_gradient_steps'] = num_applied
         metrics['nonfinite'] = self.nonfinite_report(nonfinite)
@@ -319,127 +296,127 @@ class PPO(actor_critic.ActorCritic):
             def loss(minibatch, state):
                 params = self.policy.sequence(minibatch['observ'], state, minibatch['reset'])
                 return self.objective(self.policy.distribution(params), minibatch['value'],
-                                      minibatch, self._clip_ratio, self._entropy_coef)
+                                      minibatch)
             return self._steps(loss, self.policy.trainable_variables, self.optimizer,
                                self._early_stop_kl, data, initial_state, minibatch_indices)
 
         def loss(minibatch, unused_state):
             behaviour = self.policy.distribution(minibatch['policy_params'])
-            return self.objective(behaviour, self.value(minibatch['observ']), minibatch,
-                                  self._clip_ratio, self._entropy_coef)
+            return self.objective(behaviour, self.value(minibatch['observ']), minibatch)
         return self._steps(loss, self.value.trainable_variables, self.value_optimizer, None,
                            data, initial_state, minibatch_indices)
 
     def _steps(self, loss_fn, variables, optimizer, early_stop_kl, data, initial_state,
                minibatch_indices):
-        """Gradient steps of `loss_fn` on `variables`, one per row of `minibatch_indices`, in
-        one in-graph loop: (steps applied, the metrics' sums over them, nonfinite code)."""
-        num_steps = tf.shape(minibatch_indices)[0]
-        zero_metrics = {name: tf.constant(0.0) for name in METRIC_NAMES}
+        """Gradient steps of `loss_fn` on `variables`, one per column of `minibatch_indices`
+        ([K, steps, M]), in one in-graph loop: ([K] steps applied, the metrics' [K] sums over
+        them, [K] nonfinite codes). A member that stops (non-finite loss or gradient, the
+        early-stopping KL) stops alone; the loop ends when every member has stopped."""
+        num_members = self.num_members
+        num_steps = tf.shape(minibatch_indices)[1]
+        zeros = tf.zeros([num_members])
+        zero_metrics = {name: zeros for name in METRIC_NAMES}
 
-        def gather(indices):
-            minibatch = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=1), data)
-            state = tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=0), initial_state)
+        def gather(indices):  # [K, M] of each member's units.
+            minibatch = tf.nest.map_structure(
+                lambda x: tf.gather(x, indices, axis=2, batch_dims=1), data)
+            state = tf.nest.map_structure(
+                lambda x: tf.gather(x, indices, axis=1, batch_dims=1), initial_state)
             return minibatch, state
 
-        def train_step(step, unused_stopped, sums, unused_nonfinite):
-            minibatch, state = gather(minibatch_indices[step])
+        def train_step(step, active, sums, applied, nonfinite):
+            minibatch, state = gather(minibatch_indices[:, step])
             with tf.GradientTape() as tape:
-                loss, metrics = loss_fn(minibatch, state)
-            gradients = tape.gradient(loss, variables)
-            if self._max_grad_norm:
-                gradients, norm = tf.clip_by_global_norm(gradients, self._max_grad_norm)
-            else:
-                norm = tf.linalg.global_norm(gradients)
+                # The loop's variables keep their [K] shape even where the networks' reshapes
+                # lose the static member axis (a rollout of unknown length).
+                losses, metrics = tf.nest.map_structure(
+                    lambda value: tf.ensure_shape(value, [num_members]),
+                    loss_fn(minibatch, state))
+            gradients, norm, code = self._gradient(losses, tape, variables)
             metrics['gradient_norm'] = norm
-            # A non-finite loss or gradient (the global norm of a gradient with a NaN or an
-            # infinity is not finite) stops the update before it reaches the weights.
-            nonfinite = tf.where(~tf.math.is_finite(loss), 1,
-                                 tf.where(~tf.math.is_finite(norm), 2, 0))
-            stop = nonfinite > 0
+            # A non-finite loss or gradient stops the member's update before it reaches the
+            # weights.
+            stop = code > 0
             if early_stop_kl:
-                stop = stop | (metrics['kl'] > early_stop_kl)
+                stop |= metrics['kl'] > early_stop_kl
+            apply = active & ~stop
+            optimizer.apply(gradients, variables, apply)
+            sums = {name: total + tf.where(apply, metrics[name], 0.0)
+                    for name, total in sums.items()}
+            nonfinite = tf.where(active, code, nonfinite)
+            return step + 1, apply, sums, applied + tf.cast(apply, tf.float32), nonfinite
 
-            def apply():
-                optimizer.apply_gradients(zip(gradients, variables, strict=True))
-                return tf.nest.map_structure(tf.add, sums, metrics)
-
-            sums = tf.cond(stop, lambda: sums, apply)
-            return step + 1, stop, sums, nonfinite
-
-        num_steps_taken, stopped, sums, nonfinite = tf.while_loop(
-            lambda step, stopped, unused_sums, unused_nonfinite: (step < num_steps) & ~stopped,
-            train_step, (tf.constant(0), tf.constant(False), zero_metrics, tf.constant(0)))
-        # The step that triggered an early stop was not applied.
-        num_applied = tf.cast(num_steps_taken - tf.cast(stopped, tf.int32), tf.float32)
-        return num_applied, sums, nonfinite
+        _, _, sums, applied, nonfinite = tf.while_loop(
+            lambda step, active, *unused: (step < num_steps) & tf.reduce_any(active),
+            train_step, (tf.constant(0), tf.ones([num_members], tf.bool), zero_metrics, zeros,
+                         tf.zeros([num_members], tf.int32)))
+        return applied, sums, nonfinite
 
     def loss(self, minibatch, initial_state):
-        """The whole PPO objective for one minibatch of chunks `[L, M, ...]`: (loss, metrics)."""
+        """The whole PPO objective for each member's minibatch of chunks `[K, L, M, ...]`:
+        ([K] losses, {name: [K]})."""
         params = self.policy.sequence(minibatch['observ'], initial_state, minibatch['reset'])
         return self.objective(
-            self.policy.distribution(params), self.value(minibatch['observ']), minibatch,
-            self._clip_ratio, self._entropy_coef)
+            self.policy.distribution(params), self.value(minibatch['observ']), minibatch)
 
-    def objective(self, policy, value, minibatch, clip_ratio, entropy_coef, axis=None):
+    def objective(self, policy, value, minibatch):
         """PPO's objective of `policy` and `value` (what the networks give for the minibatch's
-        observations): (loss, metrics), each the mean over `axis` (None: every axis). With
-        `axis`, the other leading axis indexes agents trained together (a population's members:
-        ppo/population.py), whose `clip_ratio` and `entropy_coef` broadcast against it.
-        """
+        observations `[K, L, M, ...]`): ([K] losses, {name: [K]}), each member's mean over its
+        minibatch."""
+        clip_ratio = members.broadcast(self.hyperparameter('clip_ratio'), minibatch['log_prob'])
         old_policy = self.policy.distribution(minibatch['policy_params'])
         log_ratio = policy.log_prob(minibatch['action']) - minibatch['log_prob']
         ratio = tf.exp(log_ratio)
-        kl = old_policy.kl_divergence(policy)  # [L, M]
+        kl = old_policy.kl_divergence(policy)  # [K, L, M]
         advantage = minibatch['advantage']
         if self._normalize_advantages:
-            mean, variance = tf.nn.moments(advantage, axes=[0, 1] if axis is None else [axis],
-                                           keepdims=axis is not None)
+            mean, variance = tf.nn.moments(advantage, axes=[1, 2], keepdims=True)
             advantage = (advantage - mean) / (tf.sqrt(variance) + 1e-8)
 
-        def average(tensor):
-            return tf.reduce_mean(tensor, axis=axis)
-
         surrogate = ratio * advantage
-        if self._objective == 'clipped':
+        if self.objective_name == 'clipped':
             clipped_ratio = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
-            policy_loss = -average(tf.minimum(surrogate, clipped_ratio * advantage))
+            policy_loss = -members.mean(tf.minimum(surrogate, clipped_ratio * advantage))
         else:
             # batch-ppo: adaptive penalty on the KL plus a steep quadratic cost on every sequence
             # whose mean KL exceeds the cutoff, which catches the rare very large policy steps.
-            sequence_kl = tf.reduce_mean(kl, axis=0)
-            excess = tf.nn.relu(sequence_kl - self._kl_cutoff_factor * self._kl_target)
-            policy_loss = (-tf.reduce_mean(surrogate) + self.kl_penalty * tf.reduce_mean(kl) +
-                           self._kl_cutoff_coef * tf.reduce_mean(tf.square(excess)))
+            sequence_kl = tf.reduce_mean(kl, axis=1)
+            excess = tf.nn.relu(sequence_kl - self._kl['cutoff_factor'] * self._kl['target'])
+            policy_loss = (-members.mean(surrogate) + self.kl_penalty * members.mean(kl) +
+                           self._kl['cutoff_coef'] * members.mean(tf.square(excess)))
 
         value_error = tf.square(value - minibatch['return'])
         if self._value_clip:
             clipped_value = minibatch['value'] + tf.clip_by_value(
                 value - minibatch['value'], -self._value_clip, self._value_clip)
             value_error = tf.maximum(value_error, tf.square(clipped_value - minibatch['return']))
-        value_loss = 0.5 * average(value_error)
+        value_loss = 0.5 * members.mean(value_error)
 
-        entropy = average(policy.entropy())
-        loss = policy_loss + self._value_coef * value_loss - entropy_coef * entropy
+        entropy = members.mean(policy.entropy())
+        loss = (policy_loss + self._value_coef * value_loss
+                - self.hyperparameter('entropy_coef') * entropy)
         metrics = {
             'loss': loss,
             'policy_loss': policy_loss,
             'value_loss': value_loss,
             'entropy': entropy,
-            'kl': average(kl),
-            'approx_kl': average(ratio - 1.0 - log_ratio),
-            'clip_fraction': average(tf.cast(tf.abs(ratio - 1.0) > clip_ratio, tf.float32)),
+            'kl': members.mean(kl),
+            'approx_kl': members.mean(ratio - 1.0 - log_ratio),
+            'clip_fraction': members.mean(
+                tf.cast(tf.abs(ratio - 1.0) > clip_ratio, tf.float32)),
         }
         return loss, metrics
 
     @staticmethod
     def _to_chunks(tensor, length):
-        """`[T, N, ...]` -> `[length, (T / length) * N, ...]`: chunk k of env n is column k*N+n."""
+        """`[K, T, N, ...]` -> `[K, length, (T / length) * N, ...]`: chunk c of env n is column
+        c*N+n."""
         shape = tf.shape(tensor)
         rank = tensor.shape.rank
-        chunks = tf.reshape(tensor, tf.concat([[shape[0] // length, length], shape[1:]], 0))
-        chunks = tf.transpose(chunks, [1, 0] + list(range(2, rank + 1)))
-        return tf.reshape(chunks, tf.concat([[length, -1], shape[2:]], 0))
+        chunks = tf.reshape(tensor, tf.concat([shape[:1], [shape[1] // length, length],
+                                               shape[2:]], 0))
+        chunks = tf.transpose(chunks, [0, 2, 1] + list(range(3, rank + 1)))
+        return tf.reshape(chunks, tf.concat([shape[:1], [length, -1], shape[3:]], 0))
 
     @tf.autograph.experimental.do_not_convert
     def _check_batch(self, batch):

@@ -1,4 +1,7 @@
-"""Tests the PPO module: losses by hand, learning on tiny problems, checkpoints and bad input."""
+"""Tests the PPO module: losses by hand, learning on tiny problems, checkpoints and bad input.
+
+Metrics and most of the agent's variables are [K], one entry per member: [1] for a lone agent.
+"""
 
 import gin
 import numpy as np
@@ -8,10 +11,22 @@ from absl.testing import absltest, parameterized
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
 
+# What the objective reports, each [K].
+METRICS = ('loss', 'policy_loss', 'value_loss', 'entropy', 'kl', 'approx_kl', 'clip_fraction')
+# Two members that differ in the member hyperparameters of the objective.
+MEMBERS = ({'seed': 0, 'clip_ratio': 0.2, 'entropy_coef': 0.01},
+           {'seed': 7, 'clip_ratio': 0.1, 'entropy_coef': 0.05})
+
 
 def make_agent(*args, jit_compile=False, **kwargs):
     """Most tests skip XLA, whose compilation takes seconds; tests that need it ask for it."""
     return ppo.PPO(*args, jit_compile=jit_compile, **kwargs)
+
+
+def make_population(members, *args, **kwargs):
+    """The population of the lone agents `make_agent(*args, **kwargs, **member)`."""
+    lone = [make_agent(*args, **{**kwargs, **member}) for member in members]
+    return make_agent(*args, population=lone, **kwargs)
 
 
 def stack(steps):
@@ -73,16 +88,22 @@ def gaussian_kl(old_loc, old_scale, loc, scale):
 
 class LossTest(parameterized.TestCase):
 
-    @parameterized.parameters(('clipped', 0.2), ('clipped', None), ('kl_penalty', 0.2),
-                              ('kl_penalty', None))
-    def test_loss_matches_hand_computation(self, objective, value_clip):
-        agent = make_agent((3,), 2, num_envs=8, objective=objective, value_clip=value_clip,
-                        entropy_coef=0.01, value_coef=0.7, clip_ratio=0.2, kl_target=0.02)
-        agent.kl_penalty.assign(2.5)
+    @parameterized.product(objective=('clipped', 'kl_penalty'), value_clip=(0.2, None),
+                           num_members=(1, 2))
+    def test_loss_matches_hand_computation(self, objective, value_clip, num_members):
+        # A lone agent, or a population whose members differ in clip_ratio, entropy_coef and
+        # KL penalty: each member's loss is the formula of its own settings on its own slice.
+        settings = dict(num_envs=8, objective=objective, value_clip=value_clip,
+                        value_coef=0.7, kl_target=0.075)
+        members = MEMBERS[:num_members]
+        agent = (make_population(members, (3,), 2, **settings) if num_members > 1 else
+                 make_agent((3,), 2, **settings, **members[0]))
+        penalties = np.array([2.5, 1.5][:num_members], np.float32)
+        agent.kl_penalty.assign(penalties)
         rng = np.random.default_rng(0)
-        length, batch = 3, 8
-        observ = rng.normal(size=(length, batch, 3)).astype(np.float32)
-        params = agent.policy.sequence(observ, (), tf.zeros([length, batch], tf.bool))
+        shape = (num_members, 3, 8)  # [K, L, M]
+        observ = rng.normal(size=shape + (3,)).astype(np.float32)
+        params = agent.policy.sequence(observ, (), tf.zeros(shape, tf.bool))
         loc, scale = params['loc'].numpy(), params['scale'].numpy()
         value = agent.value(observ).numpy()
         old_loc = (loc + rng.normal(size=loc.shape) * 0.3).astype(np.float32)
@@ -95,39 +116,54 @@ class LossTest(parameterized.TestCase):
         minibatch = {
             'observ': observ, 'action': action, 'log_prob': old_log_prob, 'value': old_value,
             'policy_params': {'loc': old_loc, 'scale': old_scale}, 'advantage': advantage,
-            'return': return_, 'reset': np.zeros((length, batch), bool)}
-        loss, metrics = agent.loss(minibatch, ())
+            'return': return_, 'reset': np.zeros(shape, bool)}
+        loss, metrics = agent.loss(tf.nest.map_structure(tf.constant, minibatch), ())
+        self.assertEqual(loss.shape, (num_members,))
+        self.assertEqual({name: value.shape for name, value in metrics.items()},
+                         {name: (num_members,) for name in METRICS})
 
-        log_ratio = gaussian_log_prob(action, loc, scale) - old_log_prob
-        ratio = np.exp(log_ratio)
-        normalized = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        kl = gaussian_kl(old_loc, old_scale, loc, scale)
-        if objective == 'clipped':
-            expected_policy_loss = -np.mean(np.minimum(
-                ratio * normalized, np.clip(ratio, 0.8, 1.2) * normalized))
-            self.assertGreater(np.mean(np.abs(ratio - 1) > 0.2), 0.1)  # Clipping matters.
-        else:
-            excess = np.maximum(kl.mean(0) - 2.0 * 0.02, 0.0)
-            self.assertTrue(np.any(excess > 0) and np.any(excess == 0))  # The cutoff matters.
-            expected_policy_loss = (-np.mean(ratio * normalized) + 2.5 * kl.mean() +
-                                    1000.0 * np.mean(excess ** 2))
-        value_error = (value - return_) ** 2
-        if value_clip:
-            clipped = old_value + np.clip(value - old_value, -value_clip, value_clip)
-            value_error = np.maximum(value_error, (clipped - return_) ** 2)
-        expected_value_loss = 0.5 * value_error.mean()
-        entropy = np.mean(np.sum(0.5 * np.log(2 * np.pi * np.e * scale ** 2), -1))
-        expected_loss = expected_policy_loss + 0.7 * expected_value_loss - 0.01 * entropy
+        for k, member in enumerate(members):
+            clip_ratio, entropy_coef = member['clip_ratio'], member['entropy_coef']
+            log_ratio = gaussian_log_prob(action[k], loc[k], scale[k]) - old_log_prob[k]
+            ratio = np.exp(log_ratio)
+            normalized = (advantage[k] - advantage[k].mean()) / (advantage[k].std() + 1e-8)
+            kl = gaussian_kl(old_loc[k], old_scale[k], loc[k], scale[k])
+            if objective == 'clipped':
+                expected_policy_loss = -np.mean(np.minimum(
+                    ratio * normalized,
+                    np.clip(ratio, 1 - clip_ratio, 1 + clip_ratio) * normalized))
+                self.assertGreater(np.mean(np.abs(ratio - 1) > clip_ratio), 0.1)  # It matters.
+            else:
+                excess = np.maximum(kl.mean(0) - 2.0 * 0.075, 0.0)
+                self.assertTrue(np.any(excess > 0) and np.any(excess == 0))  # The cutoff too.
+                expected_policy_loss = (-np.mean(ratio * normalized) + penalties[k] * kl.mean() +
+                                        1000.0 * np.mean(excess ** 2))
+            value_error = (value[k] - return_[k]) ** 2
+            if value_clip:
+                clipped = old_value[k] + np.clip(value[k] - old_value[k], -value_clip, value_clip)
+                value_error = np.maximum(value_error, (clipped - return_[k]) ** 2)
+            expected_value_loss = 0.5 * value_error.mean()
+            entropy = np.mean(np.sum(0.5 * np.log(2 * np.pi * np.e * scale[k] ** 2), -1))
+            expected_loss = (expected_policy_loss + 0.7 * expected_value_loss
+                             - entropy_coef * entropy)
 
-        np.testing.assert_allclose(metrics['policy_loss'].numpy(), expected_policy_loss, rtol=1e-4)
-        np.testing.assert_allclose(metrics['value_loss'].numpy(), expected_value_loss, rtol=1e-4)
-        np.testing.assert_allclose(metrics['entropy'].numpy(), entropy, rtol=1e-5)
-        np.testing.assert_allclose(metrics['kl'].numpy(), kl.mean(), rtol=1e-4)
-        np.testing.assert_allclose(metrics['approx_kl'].numpy(),
-                                   np.mean(ratio - 1 - log_ratio), rtol=1e-3)
-        np.testing.assert_allclose(metrics['clip_fraction'].numpy(),
-                                   np.mean(np.abs(ratio - 1) > 0.2))
-        np.testing.assert_allclose(loss.numpy(), expected_loss, rtol=1e-4)
+            with self.subTest(member=k):
+                np.testing.assert_allclose(metrics['policy_loss'][k], expected_policy_loss,
+                                           rtol=1e-4)
+                np.testing.assert_allclose(metrics['value_loss'][k], expected_value_loss,
+                                           rtol=1e-4)
+                np.testing.assert_allclose(metrics['entropy'][k], entropy, rtol=1e-5)
+                np.testing.assert_allclose(metrics['kl'][k], kl.mean(), rtol=1e-4)
+                np.testing.assert_allclose(metrics['approx_kl'][k],
+                                           np.mean(ratio - 1 - log_ratio), rtol=1e-3)
+                np.testing.assert_allclose(metrics['clip_fraction'][k],
+                                           np.mean(np.abs(ratio - 1) > clip_ratio))
+                np.testing.assert_allclose(loss[k], expected_loss, rtol=1e-4)
+        if num_members > 1:
+            # Member 1's clip ratio (0.1) clips ratios that member 0's (0.2) would not.
+            deviation = np.abs(np.exp(gaussian_log_prob(action[1], loc[1], scale[1])
+                                      - old_log_prob[1]) - 1)
+            self.assertTrue(np.any((deviation > 0.1) & (deviation <= 0.2)))
 
 
 class UpdateTest(parameterized.TestCase):
@@ -137,40 +173,43 @@ class UpdateTest(parameterized.TestCase):
         # match what update recomputes, also after the statistics changed.
         agent = make_agent((3,), 2, num_envs=4, num_epochs=1, num_minibatches=1)
         agent.update(random_rollout(agent, 16, 4, 3, seed=1))
-        self.assertEqual(agent.observ_normalizer.count.numpy(), 64)
+        self.assertEqual(agent.observ_normalizer.count.numpy().tolist(), [64])
         metrics = agent.update(random_rollout(agent, 16, 4, 3, seed=2))
-        self.assertEqual(metrics['num_gradient_steps'].numpy(), 1)
-        self.assertLess(abs(metrics['kl'].numpy()), 1e-6)
-        self.assertLess(abs(metrics['approx_kl'].numpy()), 1e-6)
-        self.assertEqual(metrics['clip_fraction'].numpy(), 0)
-        self.assertGreater(metrics['final_kl'].numpy(), 0)  # The one step changed the policy.
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [1])
+        self.assertLess(abs(metrics['kl'].numpy()[0]), 1e-6)
+        self.assertLess(abs(metrics['approx_kl'].numpy()[0]), 1e-6)
+        self.assertEqual(metrics['clip_fraction'].numpy().tolist(), [0])
+        self.assertGreater(metrics['final_kl'].numpy()[0], 0)  # The one step changed the policy.
 
     def test_update_counts_and_normalizer_statistics(self):
         agent = make_agent((3,), 2, num_envs=4, num_minibatches=4, num_epochs=3)
         batch = random_rollout(agent, 16, 4, 3)
         metrics = agent.update(batch)
-        self.assertEqual(metrics['num_gradient_steps'].numpy(), 12)
-        self.assertEqual(agent.update_count.numpy(), 1)
-        self.assertEqual(agent.optimizer.iterations.numpy(), 12)
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [12])
+        self.assertEqual(agent.update_count.numpy().tolist(), [1])
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [12])
         observ = batch['observ'].numpy().reshape(-1, 3)
-        np.testing.assert_allclose(agent.observ_normalizer.mean.numpy(), observ.mean(0),
+        np.testing.assert_allclose(agent.observ_normalizer.mean.numpy(), [observ.mean(0)],
                                    rtol=1e-5)
-        self.assertEqual(agent.reward_scaler.return_statistics.count.numpy(), 64)
-        self.assertFalse(any(bool(value) for value in metrics.pop('nonfinite').values()))
+        self.assertEqual(agent.reward_scaler.return_statistics.count.numpy().tolist(), [64])
+        nonfinite = metrics.pop('nonfinite')
+        self.assertEqual({name: value.numpy().tolist() for name, value in nonfinite.items()},
+                         {'loss': [False], 'gradient': [False]})
         for name, value in metrics.items():
-            self.assertTrue(np.isfinite(value.numpy()), name)
+            self.assertEqual(value.shape, (1,), name)
+            self.assertTrue(np.all(np.isfinite(value.numpy())), name)
 
     def test_leftover_units_are_dropped(self):
         agent = make_agent((3,), 2, num_envs=5, num_minibatches=3, num_epochs=2)
         metrics = agent.update(random_rollout(agent, 4, 5, 3))  # 20 units: 3 x 6, 2 dropped.
-        self.assertEqual(metrics['num_gradient_steps'].numpy(), 6)
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [6])
 
     def test_learning_rate_annealing(self):
         agent = make_agent((3,), 2, num_envs=4, num_minibatches=2, num_epochs=1,
                         learning_rate=1e-3, lr_anneal_updates=4)
         batch = random_rollout(agent, 8, 4, 3)
         rates = [agent.update(batch)['learning_rate'].numpy() for _ in range(5)]
-        np.testing.assert_allclose(rates, [1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], atol=1e-9)
+        np.testing.assert_allclose(rates, [[1e-3], [7.5e-4], [5e-4], [2.5e-4], [0.0]], atol=1e-9)
 
     def test_early_stop_on_kl(self):
         agent = make_agent((3,), 2, num_envs=4, num_minibatches=4, num_epochs=4,
@@ -178,8 +217,8 @@ class UpdateTest(parameterized.TestCase):
         before = [variable.numpy() for variable in agent.policy.trainable_variables]
         metrics = agent.update(random_rollout(agent, 16, 4, 3))
         # The first step starts at KL 0 and is applied; the second sees the changed policy.
-        self.assertEqual(metrics['num_gradient_steps'].numpy(), 1)
-        self.assertEqual(agent.optimizer.iterations.numpy(), 1)
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [1])
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [1])
         after = [variable.numpy() for variable in agent.policy.trainable_variables]
         self.assertTrue(any(not np.allclose(a, b) for a, b in zip(before, after, strict=True)))
 
@@ -189,8 +228,23 @@ class UpdateTest(parameterized.TestCase):
         agent = make_agent((3,), 2, num_envs=4, num_minibatches=2, num_epochs=2,
                         objective=objective, kl_target=kl_target or 0.01, kl_init_penalty=2.0)
         metrics = agent.update(random_rollout(agent, 8, 4, 3))
-        self.assertGreater(metrics['final_kl'].numpy(), 0)
-        np.testing.assert_allclose(agent.kl_penalty.numpy(), 2.0 * expected_change, rtol=1e-6)
+        self.assertGreater(metrics['final_kl'].numpy()[0], 0)
+        np.testing.assert_allclose(agent.kl_penalty.numpy(), [2.0 * expected_change], rtol=1e-6)
+
+    def test_each_member_stops_early_and_adapts_its_penalty_alone(self):
+        # A member of a negligible learning rate keeps its KL far below the threshold and the
+        # target: it takes every step and its penalty shrinks. The other stops after its first
+        # step, and its penalty grows.
+        agent = make_population(
+            [{'seed': 0, 'learning_rate': 1e-9}, {'seed': 1, 'learning_rate': 1e-2}], (3,), 2,
+            num_envs=4, num_minibatches=4, num_epochs=4, early_stop_kl=1e-7,
+            objective='kl_penalty', kl_target=1e-8, kl_init_penalty=2.0)
+        metrics = agent.update(random_rollout(agent, 16, 8, 3))
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [16, 1])
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [16, 1])
+        self.assertEqual(agent.update_count.numpy().tolist(), [1, 1])
+        self.assertLess(metrics['final_kl'].numpy()[0], 0.7e-8)
+        np.testing.assert_allclose(agent.kl_penalty.numpy(), [2.0 / 1.5, 2.0 * 1.5], rtol=1e-6)
 
     def test_xla_and_graph_updates_agree(self):
         # XLA draws different random numbers, so both agents train on the same rollout (they
@@ -239,7 +293,7 @@ class LearningTest(parameterized.TestCase):
             agent.update(bandit_batch(agent, observ, lambda a: -(a[:, 0] - target) ** 2))
         action, _, _ = agent.act(observ, (), tf.ones([64], tf.bool), greedy=True)
         np.testing.assert_allclose(action.numpy(), np.full((64, 1), target), atol=0.15)
-        self.assertLess(np.exp(agent.policy.log_std.numpy()[0]), 0.8)  # Exploration shrank.
+        self.assertLess(np.exp(agent.policy.log_std.numpy()[0, 0]), 0.8)  # Exploration shrank.
 
     @parameterized.parameters(('clipped', False), ('kl_penalty', True))
     def test_categorical_bandit_picks_rewarded_arm(self, objective, jit_compile):
@@ -249,8 +303,8 @@ class LearningTest(parameterized.TestCase):
         observ = tf.random.normal([64, 2], seed=2)
         for _ in range(30):
             agent.update(bandit_batch(agent, observ, lambda a: tf.cast(a == 2, tf.float32)))
-        params, _ = agent.policy.step(agent.observ_normalizer.normalize(observ), ())
-        probs = agent.policy.distribution(params).probs().numpy()
+        params, _ = agent.policy.step(agent.normalize(observ[None]), ())  # One member.
+        probs = agent.policy.distribution(params).probs().numpy()[0]
         self.assertGreater(probs[:, 2].min(), 0.9)
 
     def test_recurrent_policy_learns_to_remember_a_cue(self):
@@ -310,8 +364,8 @@ class CompiledLoopTest(absltest.TestCase):
 
         for _ in range(15):
             metrics = iteration()
-        self.assertEqual(agent.update_count.numpy(), 15)
-        self.assertTrue(np.isfinite(metrics['loss'].numpy()))
+        self.assertEqual(agent.update_count.numpy().tolist(), [15])
+        self.assertTrue(np.all(np.isfinite(metrics['loss'].numpy())))
         self.assertEqual(iteration.experimental_get_tracing_count(), 1)
         action, _, _ = agent.act(tf.zeros([1, 2]), (), tf.ones([1], tf.bool), greedy=True)
         self.assertGreater(action.numpy()[0, 0], 0.3)  # Moved from ~0 towards 1.
@@ -358,8 +412,8 @@ class ConcurrentNetworksTest(parameterized.TestCase):
                      'final_kl', 'num_gradient_steps'):
             np.testing.assert_allclose(metrics[name].numpy(), joint_metrics[name].numpy(),
                                        rtol=1e-4, atol=1e-6, err_msg=name)
-        self.assertEqual(side_by_side.optimizer.iterations.numpy(), 6)
-        self.assertEqual(side_by_side.value_optimizer.iterations.numpy(), 6)
+        self.assertEqual(side_by_side.optimizer.iterations.numpy().tolist(), [6])
+        self.assertEqual(side_by_side.value_optimizer.iterations.numpy().tolist(), [6])
 
     def test_each_network_clips_its_own_gradient(self):
         # Under one global clip, the policy's objective (here its entropy bonus, which changes
@@ -368,7 +422,7 @@ class ConcurrentNetworksTest(parameterized.TestCase):
         def value_weights(concurrent_networks, entropy_coef):
             agent, metrics = self.updated(concurrent_networks, max_grad_norm=0.05,
                                           entropy_coef=entropy_coef)
-            self.assertGreater(metrics['gradient_norm'].numpy(), 0.05)  # The clip acted.
+            self.assertGreater(metrics['gradient_norm'].numpy()[0], 0.05)  # The clip acted.
             return [variable.numpy() for variable in agent.value.trainable_variables]
 
         for weights, other_weights in zip(value_weights(True, 0.0), value_weights(True, 0.5),
@@ -381,15 +435,16 @@ class ConcurrentNetworksTest(parameterized.TestCase):
 
     def test_early_stop_on_kl_stops_the_policy_alone(self):
         agent, metrics = self.updated(True, early_stop_kl=1e-9)
-        self.assertEqual(metrics['num_gradient_steps'].numpy(), 1.0)
-        self.assertEqual(agent.optimizer.iterations.numpy(), 1)
-        self.assertEqual(agent.value_optimizer.iterations.numpy(), 12)
+        self.assertEqual(metrics['num_gradient_steps'].numpy().tolist(), [1.0])
+        self.assertEqual(agent.optimizer.iterations.numpy().tolist(), [1])
+        self.assertEqual(agent.value_optimizer.iterations.numpy().tolist(), [12])
 
     def test_learning_rate_anneals_for_both_networks(self):
         # The second of 4 annealed updates trains at 3/4 of the initial rate.
         agent, _ = self.updated(True, steps=2, lr_anneal_updates=4, learning_rate=1e-3)
-        self.assertAlmostEqual(agent.optimizer.learning_rate.numpy(), 7.5e-4)
-        self.assertAlmostEqual(agent.value_optimizer.learning_rate.numpy(), 7.5e-4)
+        np.testing.assert_allclose(agent.optimizer.learning_rate.numpy(), [7.5e-4], rtol=1e-6)
+        np.testing.assert_allclose(agent.value_optimizer.learning_rate.numpy(), [7.5e-4],
+                                   rtol=1e-6)
 
     def test_checkpoint_holds_the_value_optimizer(self):
         directory = self.create_tempdir().full_path
@@ -399,9 +454,11 @@ class ConcurrentNetworksTest(parameterized.TestCase):
         restored = ppo.PPO((3,), 2, num_envs=8, num_minibatches=4, num_epochs=3, seed=9,
                            concurrent_networks=True)
         tf.train.Checkpoint(agent=restored).restore(path).assert_consumed()
-        self.assertEqual(restored.value_optimizer.iterations.numpy(), 12)
-        self.assertIn(agent.value_optimizer.variables[-1].value.ref(),
-                      {variable.ref() for variable in agent.undo_variables()})
+        self.assertEqual(restored.value_optimizer.iterations.numpy().tolist(), [12])
+        undone = {variable.ref() for variable in agent.undo_variables()}
+        for variable in (agent.value_optimizer.iterations,
+                         agent.value_optimizer.slots['velocity'][-1]):
+            self.assertIn(variable.ref(), undone)
         agent.update(batch)
         restored.update(batch)
         for variable, restored_variable in zip(agent.trainable_variables,
@@ -433,15 +490,20 @@ class CheckpointTest(absltest.TestCase):
         saved, reloaded = tf.train.load_checkpoint(path), tf.train.load_checkpoint(resaved)
         names = [name for name, _ in tf.train.list_variables(path)
                  if 'save_counter' not in name and name != '_CHECKPOINTABLE_OBJECT_GRAPH']
-        for part in ('optimizer/_variables', 'observ_normalizer/mean', 'observ_normalizer/count',
-                     'sum_squared_deviations', 'return_statistics', 'running_return',
-                     'update_count', 'kl_penalty', 'log_std', 'random/', 'policy/', 'value/'):
+        for part in ('optimizer/slots/momentum', 'optimizer/slots/velocity',
+                     'optimizer/iterations', 'optimizer/learning_rate', 'observ_normalizer/mean',
+                     'observ_normalizer/count', 'sum_squared_deviations', 'return_statistics',
+                     'running_return', 'update_count', 'kl_penalty', 'log_std',
+                     'sampling_seeds/', 'policy/', 'value/'):
             self.assertTrue(any(part in name for name in names), part)
         for name in names:
             np.testing.assert_array_equal(saved.get_tensor(name), reloaded.get_tensor(name), name)
-        self.assertEqual(restored_agent.update_count.numpy(), 1)
-        self.assertGreater(restored_agent.observ_normalizer.count.numpy(), 0)
-        self.assertGreater(np.abs(restored_agent.optimizer.variables[-1].numpy()).sum(), 0)
+        self.assertEqual(restored_agent.update_count.numpy().tolist(), [1])
+        self.assertGreater(restored_agent.observ_normalizer.count.numpy()[0], 0)
+        self.assertGreater(
+            np.abs(restored_agent.optimizer.slots['velocity'][-1].numpy()).sum(), 0)
+        # The restored seeds are the saved agent's, not those it was built with.
+        self.assertEqual(restored_agent.sampling_seeds.seeds.numpy().tolist(), [0])
 
         # Restored agents continue identically, down to action sampling and shuffling.
         original, restored = agent.update(batch), restored_agent.update(batch)
@@ -484,9 +546,9 @@ class BadInputTest(parameterized.TestCase):
         with self.assertRaisesRegex(error, message):
             self.agent.update(batch)
         # A failed update leaves the agent untouched.
-        self.assertEqual(self.agent.update_count.numpy(), 0)
-        self.assertEqual(self.agent.observ_normalizer.count.numpy(), 0)
-        self.assertEqual(self.agent.optimizer.iterations.numpy(), 0)
+        self.assertEqual(self.agent.update_count.numpy().tolist(), [0])
+        self.assertEqual(self.agent.observ_normalizer.count.numpy().tolist(), [0])
+        self.assertEqual(self.agent.optimizer.iterations.numpy().tolist(), [0])
 
     def test_missing_keys(self):
         batch = dict(self.batch)
@@ -530,8 +592,8 @@ class BadInputTest(parameterized.TestCase):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                     'num_minibatches exceeds the number of training units'):
             update(batch)
-        self.assertEqual(self.agent.update_count.numpy(), 0)
-        self.assertEqual(self.agent.reward_scaler.return_statistics.count.numpy(), 0)
+        self.assertEqual(self.agent.update_count.numpy().tolist(), [0])
+        self.assertEqual(self.agent.reward_scaler.return_statistics.count.numpy().tolist(), [0])
 
     def test_recurrent_batch_needs_state_and_divisible_length(self):
         self.agent = make_agent((3,), 2, num_envs=4, num_minibatches=2, chunk_length=3,
@@ -563,8 +625,8 @@ class GinTest(absltest.TestCase):
         """)
         agent = ppo.PPO((3,), 4, num_envs=2)
         self.assertIsInstance(agent.policy, networks.FeedForwardCategoricalPolicy)
-        self.assertEqual(agent.policy.logits.kernel.shape, (8, 4))
-        self.assertEqual(agent._objective, 'kl_penalty')
+        self.assertEqual(agent.policy.logits.kernel.shape, (1, 8, 4))  # One member.
+        self.assertEqual(agent.objective_name, 'kl_penalty')
         self.assertEqual(agent._num_epochs, 3)
 
 
