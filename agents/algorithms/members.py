@@ -28,6 +28,8 @@ def broadcast(values, like):
     inserted after the member axis."""
     values = tf.convert_to_tensor(values)
     extra = like.shape.rank - values.shape.rank
+    if values.shape.is_fully_defined():  # One op (in graph mode every op costs).
+        return tf.reshape(values, [values.shape[0]] + [1] * extra + values.shape[1:].as_list())
     return tf.reshape(values, tf.concat(
         [tf.shape(values)[:1], tf.ones([extra], tf.int32), tf.shape(values)[1:]], 0))
 

@@ -47,6 +47,15 @@ def _check_sizes(**sizes):
             raise ValueError(f'{name} must be a positive integer, got {size!r}.')
 
 
+def _matmul(inputs, kernel):
+    """`inputs` [K, B, in] times `kernel` [K, in, out], member by member. One member's is a plain
+    matmul: on CPUs, TensorFlow's batched matmul and its gradient take about twice as long at
+    these sizes (benchmarks/README.md, "The member axis")."""
+    if kernel.shape[0] == 1:
+        return tf.matmul(inputs[0], kernel[0])[None]
+    return tf.matmul(inputs, kernel)
+
+
 def _orthogonal(shape, gain, seeds, offset=0):
     """[K, *shape]: each member's orthogonal matrix of its seed (plus `offset`)."""
     return tf.stack([tf.keras.initializers.Orthogonal(gain=gain, seed=seed + offset)(shape)
@@ -66,7 +75,7 @@ class Linear(tf.Module):
         self.bias = tf.Variable(tf.zeros([len(seeds), 1, output_size]), name='bias')
 
     def __call__(self, inputs):
-        return tf.matmul(inputs, self.kernel) + self.bias
+        return _matmul(inputs, self.kernel) + self.bias
 
 
 class MLP(tf.Module):
@@ -109,12 +118,12 @@ class GRUCell(tf.Module):
     def input_projection(self, inputs):
         """The input part of all gates of `[K, B, input_size]`; batched over time outside the
         recurrent loop."""
-        return tf.matmul(inputs, self.input_kernel) + self.bias
+        return _matmul(inputs, self.input_kernel) + self.bias
 
     def __call__(self, projected_inputs, state):
         x_update, x_reset, x_candidate = tf.split(projected_inputs, 3, axis=-1)
         h_update, h_reset, h_candidate = tf.split(
-            tf.matmul(state, self.recurrent_kernel), 3, axis=-1)
+            _matmul(state, self.recurrent_kernel), 3, axis=-1)
         update = tf.sigmoid(x_update + h_update)
         reset = tf.sigmoid(x_reset + h_reset)
         candidate = tf.tanh(x_candidate + reset * h_candidate)
@@ -141,12 +150,24 @@ class _Network(tf.Module):
                 not observ.shape[observ.shape.rank - rank:].is_compatible_with(self.observ_shape)):
             raise ValueError(f'{self.name}: observations of shape {observ.shape} are not '
                              f'[members ({self.num_members}), ..., *{self.observ_shape}].')
-        batch_shape = tf.shape(observ)[:tf.rank(observ) - rank]  # [K, *batch]
+        # [K, *batch]: static where known, since in graph mode every op of a shape costs.
+        if observ.shape.is_fully_defined():
+            batch_shape = observ.shape[:observ.shape.rank - rank].as_list()
+        else:
+            batch_shape = tf.shape(observ)[:tf.rank(observ) - rank]
         return tf.reshape(observ, [self.num_members, -1, self.observ_size]), batch_shape
 
-    @staticmethod
-    def _unflatten(values, batch_shape):
-        return tf.reshape(values, tf.concat([batch_shape, tf.shape(values)[2:]], 0))
+    def _unflatten(self, values, batch_shape, scalar=False):
+        """`[K, B, ...]` -> `[K, *batch, ...]` of `_flatten_observ`'s `batch_shape` (`scalar`:
+        `[K, B, 1]` -> `[K, *batch]`)."""
+        trailing = tf.TensorShape([]) if scalar else values.shape[2:]
+        if isinstance(batch_shape, list) and trailing.is_fully_defined():
+            return tf.reshape(values, batch_shape + trailing.as_list())
+        values = tf.reshape(values, batch_shape if scalar else tf.concat(
+            [batch_shape, tf.shape(values)[2:]], 0))
+        if values.shape.rank is not None:  # The member axis stays static.
+            values.set_shape([self.num_members] + [None] * (values.shape.rank - 1))
+        return values
 
 
 class _FeedForwardPolicy(_Network):
@@ -304,4 +325,4 @@ class FeedForwardValue(_Network):
 
     def __call__(self, observ):
         flat, batch_shape = self._flatten_observ(observ)
-        return tf.reshape(self.head(self.torso(flat)), batch_shape)
+        return self._unflatten(self.head(self.torso(flat)), batch_shape, scalar=True)

@@ -37,11 +37,25 @@ class _Optimizer(tf.Module):
         """Steps `variables` ([K, ...] each, the list the optimizer was built over) by
         `gradients` for the members where `mask` ([K] bool; None: all) is true."""
         mask = tf.ones_like(self.iterations, tf.bool) if mask is None else mask
+        if self.iterations.shape[0] == 1:
+            # One member: step or not as a whole; per-element selects would lengthen a lone
+            # run's update in graph mode (benchmarks/README.md, "The member axis").
+            def step():
+                self._assign(self._updates(gradients, variables))
+                return self.iterations.assign_add([1])
+            tf.cond(mask[0], step, lambda: tf.identity(self.iterations))
+            return
         updates = self._updates(gradients, variables)
-        for (targets, values) in updates:
+        for targets, values in updates:
             for target, value in zip(targets, values, strict=True):
                 target.assign(tf.where(members.broadcast(mask, value), value, target))
         self.iterations.assign_add(tf.cast(mask, tf.int64))
+
+    @staticmethod
+    def _assign(updates):
+        for targets, values in updates:
+            for target, value in zip(targets, values, strict=True):
+                target.assign(value)
 
     def _updates(self, gradients, variables):
         """[(variables or slots, their new values)]."""

@@ -137,7 +137,8 @@ class _ExportedPolicy(tf.Module):
                 return {'action': act(observ, (), no_reset, greedy=False)[0]}
 
         # No AutoGraph: there is no tensor-dependent Python control flow to convert, and
-        # converting took about 0.5 s of building the exporter.
+        # converting lengthened building the exporter (benchmarks/README.md, "Tracing and graph
+        # optimization").
         self.deterministic_action = tf.function(
             deterministic_action, input_signature=specs, jit_compile=jit_compile, autograph=False)
         self.sampled_action = tf.function(

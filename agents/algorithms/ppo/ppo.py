@@ -327,11 +327,11 @@ class PPO(actor_critic.ActorCritic):
         def train_step(step, active, sums, applied, nonfinite):
             minibatch, state = gather(minibatch_indices[:, step])
             with tf.GradientTape() as tape:
-                # The loop's variables keep their [K] shape even where the networks' reshapes
-                # lose the static member axis (a rollout of unknown length).
-                losses, metrics = tf.nest.map_structure(
-                    lambda value: tf.ensure_shape(value, [num_members]),
-                    loss_fn(minibatch, state))
+                losses, metrics = loss_fn(minibatch, state)
+            for value in tf.nest.flatten((losses, metrics)):
+                # The loop's variables keep their static [K] shape, also where a rollout of
+                # unknown length left the minibatch's member axis unknown.
+                value.set_shape([num_members])
             gradients, norm, code = self._gradient(losses, tape, variables)
             metrics['gradient_norm'] = norm
             # A non-finite loss or gradient stops the member's update before it reaches the
