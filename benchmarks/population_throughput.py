@@ -73,14 +73,15 @@ def run_ours(workdir, name, seed, bindings, tree=train_throughput.run_config.PAC
         [os.path.join(train_throughput.run_config.PACKAGE_ROOT, CONFIG)],
         [f'train.total_steps = {BUDGET}', *bindings], logdir, seed, tree=tree)
     env = dict(os.environ, PYTHONPATH=tree)
-    return logdir, timed(command, logdir, env)
+    # `python -m` imports from its working directory first: each tree runs in its own.
+    return logdir, timed(command, logdir, env, cwd=tree)
 
 
-def timed(command, logdir, env):
+def timed(command, logdir, env, cwd=None):
     began = time.monotonic()
     with open(logdir + '.log', 'w', encoding='utf-8') as log:
         result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                check=False)
+                                check=False, cwd=cwd)
     wall = time.monotonic() - began
     if result.returncode:
         with open(logdir + '.log', encoding='utf-8') as f:

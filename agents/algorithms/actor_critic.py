@@ -157,6 +157,8 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
         return list(self.variables)
 
     def undo(self, undo_mask, pairs):
+        if self.num_members == 1:  # All or nothing: one conditional, no per-element selects.
+            return super().undo(undo_mask, pairs)
         return [variable.assign(tf.where(members.broadcast(undo_mask, variable), saved, variable))
                 for variable, saved in pairs]
 
@@ -198,6 +200,8 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
     def sample(self, params):
         """One draw of each member's distribution of `params` [K, ...] with its own seed."""
         seeds = self.sampling_seeds.next()
+        if self.num_members == 1:  # The same draw as of its slice, in fewer ops.
+            return self.policy.distribution(params).sample(seed=seeds[0])
         return tf.stack([
             self.policy.distribution(tf.nest.map_structure(lambda x, k=k: x[k], params))
             .sample(seed=seeds[k]) for k in range(self.num_members)])
