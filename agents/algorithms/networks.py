@@ -48,12 +48,28 @@ def _check_sizes(**sizes):
 
 
 def _matmul(inputs, kernel):
-    """`inputs` [K, B, in] times `kernel` [K, in, out], member by member. One member's is a plain
-    matmul: on CPUs, TensorFlow's batched matmul and its gradient take about twice as long at
-    these sizes (benchmarks/README.md, "The member axis")."""
+    """`inputs` [K, B, in] times `kernel` [K, in, out], member by member; one member's inputs
+    may come without the member axis, [B, in] -> [B, out].
+
+    One member's is a plain matmul, and the networks keep one member's activations without the
+    axis (`_Network._flatten_observ`): on CPUs TensorFlow's batched matmul and its gradient take
+    about twice as long at these sizes, and in graph mode every op of slicing costs
+    (benchmarks/README.md, "The member axis").
+    """
+    inputs = tf.convert_to_tensor(inputs, kernel.dtype)
+    if inputs.shape.rank == 2:
+        if kernel.shape[0] != 1:
+            raise ValueError(f'inputs of shape {inputs.shape} without the member axis, but '
+                             f'{kernel.shape[0]} members.')
+        return tf.matmul(inputs, tf.reshape(kernel, kernel.shape[1:]))
     if kernel.shape[0] == 1:
         return tf.matmul(inputs[0], kernel[0])[None]
     return tf.matmul(inputs, kernel)
+
+
+def _add_bias(values, bias):
+    """`values` of `_matmul` plus `bias` [K, 1, out] (without its axes for [B, out] values)."""
+    return values + (tf.reshape(bias, bias.shape[2:]) if values.shape.rank == 2 else bias)
 
 
 def _orthogonal(shape, gain, seeds, offset=0):
@@ -75,7 +91,7 @@ class Linear(tf.Module):
         self.bias = tf.Variable(tf.zeros([len(seeds), 1, output_size]), name='bias')
 
     def __call__(self, inputs):
-        return _matmul(inputs, self.kernel) + self.bias
+        return _add_bias(_matmul(inputs, self.kernel), self.bias)
 
 
 class MLP(tf.Module):
@@ -118,7 +134,7 @@ class GRUCell(tf.Module):
     def input_projection(self, inputs):
         """The input part of all gates of `[K, B, input_size]`; batched over time outside the
         recurrent loop."""
-        return _matmul(inputs, self.input_kernel) + self.bias
+        return _add_bias(_matmul(inputs, self.input_kernel), self.bias)
 
     def __call__(self, projected_inputs, state):
         x_update, x_reset, x_candidate = tf.split(projected_inputs, 3, axis=-1)
@@ -155,16 +171,22 @@ class _Network(tf.Module):
             batch_shape = observ.shape[:observ.shape.rank - rank].as_list()
         else:
             batch_shape = tf.shape(observ)[:tf.rank(observ) - rank]
-        return tf.reshape(observ, [self.num_members, -1, self.observ_size]), batch_shape
+        return tf.reshape(observ, self._flat_shape(self.observ_size)), batch_shape
+
+    def _flat_shape(self, size):
+        """A flat batch of `size` features: `[K, B, size]`, or `[B, size]` for one member (whose
+        layers then compute without the member axis; see `_matmul`)."""
+        return [-1, size] if self.num_members == 1 else [self.num_members, -1, size]
 
     def _unflatten(self, values, batch_shape, scalar=False):
-        """`[K, B, ...]` -> `[K, *batch, ...]` of `_flatten_observ`'s `batch_shape` (`scalar`:
-        `[K, B, 1]` -> `[K, *batch]`)."""
-        trailing = tf.TensorShape([]) if scalar else values.shape[2:]
+        """Flat `values` (`_flat_shape`) -> `[K, *batch, ...]` of `_flatten_observ`'s
+        `batch_shape` (`scalar`: of flat values of size 1 -> `[K, *batch]`)."""
+        lead = 1 if self.num_members == 1 else 2
+        trailing = tf.TensorShape([]) if scalar else values.shape[lead:]
         if isinstance(batch_shape, list) and trailing.is_fully_defined():
             return tf.reshape(values, batch_shape + trailing.as_list())
         values = tf.reshape(values, batch_shape if scalar else tf.concat(
-            [batch_shape, tf.shape(values)[2:]], 0))
+            [batch_shape, tf.shape(values)[lead:]], 0))
         if values.shape.rank is not None:  # The member axis stays static.
             values.set_shape([self.num_members] + [None] * (values.shape.rank - 1))
         return values
@@ -306,7 +328,7 @@ class RecurrentGaussianPolicy(_Network):
         hidden = tf.scan(recur, (tf.transpose(projected, [1, 0, 2, 3]), tf.transpose(
             tf.convert_to_tensor(reset_mask, tf.bool), [1, 0, 2])), state)
         hidden = tf.transpose(hidden, [1, 0, 2, 3])
-        means = self.mean(tf.reshape(hidden, [self.num_members, -1, self.cell.units]))
+        means = self.mean(tf.reshape(hidden, self._flat_shape(self.cell.units)))
         return _gaussian_params(self.log_std, self._unflatten(means, batch_shape))
 
     def distribution(self, params):
