@@ -36,6 +36,10 @@ def broadcast(values, like):
 
 def split(tensor, num_members, axis=0):
     """`[..., K * N, ...]` -> `[..., K, N, ...]` at `axis`: member k's block is the k-th."""
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.is_fully_defined():  # One op (in graph mode every op costs).
+        shape = tensor.shape.as_list()
+        return tf.reshape(tensor, shape[:axis] + [num_members, -1] + shape[axis + 1:])
     shape = tf.shape(tensor)
     return tf.reshape(tensor, tf.concat(
         [shape[:axis], [num_members, -1], shape[axis + 1:]], 0))
@@ -43,6 +47,9 @@ def split(tensor, num_members, axis=0):
 
 def merge(tensor, axis=0):
     """The inverse of `split`: `[..., K, N, ...]` -> `[..., K * N, ...]` at `axis`."""
+    if tensor.shape.is_fully_defined():
+        shape = tensor.shape.as_list()
+        return tf.reshape(tensor, shape[:axis] + [-1] + shape[axis + 2:])
     shape = tf.shape(tensor)
     return tf.reshape(tensor, tf.concat([shape[:axis], [-1], shape[axis + 2:]], 0))
 
