@@ -9,6 +9,7 @@ spares the attempt (and the error line) of opening one.
 """
 
 import os
+import sys
 
 import gin
 
@@ -37,10 +38,12 @@ def configure_fast_rendering(env, shadow_size=1024, offscreen_samples=0, shadows
     Returns:
       `env`.
     """
-    model = getattr(env.unwrapped, 'model', None)
-    quality = getattr(getattr(model, 'vis', None), 'quality', None)
-    if quality is None:
+    # A MuJoCo environment exists only if its module was imported: no import for the others.
+    mujoco_env = sys.modules.get('gymnasium.envs.mujoco.mujoco_env')
+    if mujoco_env is None or not isinstance(env.unwrapped, mujoco_env.MujocoEnv):
         return env
+    model = env.unwrapped.model
+    quality = model.vis.quality
     quality.shadowsize = shadow_size
     quality.offsamples = offscreen_samples
     if not shadows:
