@@ -45,17 +45,16 @@ class _Optimizer(tf.Module):
                 return self.iterations.assign_add([1])
             tf.cond(mask[0], step, lambda: tf.identity(self.iterations))
             return
-        updates = self._updates(gradients, variables)
-        for targets, values in updates:
-            for target, value in zip(targets, values, strict=True):
-                target.assign(tf.where(members.broadcast(mask, value), value, target))
+        self._assign(self._updates(gradients, variables), mask)
         self.iterations.assign_add(tf.cast(mask, tf.int64))
 
     @staticmethod
-    def _assign(updates):
+    def _assign(updates, mask=None):
+        """Assigns the new values, for the members where `mask` is true (None: all)."""
         for targets, values in updates:
             for target, value in zip(targets, values, strict=True):
-                target.assign(value)
+                target.assign(value if mask is None else
+                              tf.where(members.broadcast(mask, value), value, target))
 
     def _updates(self, gradients, variables):
         """[(variables or slots, their new values)]."""
