@@ -35,29 +35,27 @@ class _Optimizer(tf.Module):
 
     def apply(self, gradients, variables, mask=None):
         """Steps `variables` ([K, ...] each, the list the optimizer was built over) by
-        `gradients` for the members where `mask` ([K] bool; None: all) is true."""
-        mask = tf.ones_like(self.iterations, tf.bool) if mask is None else mask
-        if self.iterations.shape[0] == 1:
-            # One member: step or not as a whole; per-element selects would lengthen a lone
-            # run's update in graph mode (benchmarks/README.md, "The member axis").
-            def step():
-                self._assign(self._updates(gradients, variables))
-                return self.iterations.assign_add([1])
-            tf.cond(mask[0], step, lambda: tf.identity(self.iterations))
-            return
-        self._assign(self._updates(gradients, variables), mask)
+        `gradients` for the members where `mask` ([K] bool; None: all) is true.
+
+        A masked member takes a step of zero: its gradient is zeroed (it may be non-finite) and
+        its rates multiplied by zero, which leaves its weights and slots exactly as they were
+        and is exact for the others (times one). Unlike a select or a conditional around the
+        step, this adds no pass over the weights and slots to XLA's fused update
+        (benchmarks/README.md, "The member axis").
+        """
+        if mask is None:
+            mask = tf.ones_like(self.iterations, tf.bool)
+        else:
+            gradients = [tf.where(members.broadcast(mask, gradient), gradient, 0.0)
+                         for gradient in gradients]
+        for targets, values in self._updates(gradients, variables, tf.cast(mask, tf.float32)):
+            for target, value in zip(targets, values, strict=True):
+                target.assign(value)
         self.iterations.assign_add(tf.cast(mask, tf.int64))
 
-    @staticmethod
-    def _assign(updates, mask=None):
-        """Assigns the new values, for the members where `mask` is true (None: all)."""
-        for targets, values in updates:
-            for target, value in zip(targets, values, strict=True):
-                target.assign(value if mask is None else
-                              tf.where(members.broadcast(mask, value), value, target))
-
-    def _updates(self, gradients, variables):
-        """[(variables or slots, their new values)]."""
+    def _updates(self, gradients, variables, step):
+        """[(variables or slots, their new values)], each member's rates times its `step`
+        ([K] float32, one or zero)."""
         raise NotImplementedError
 
 
@@ -73,16 +71,20 @@ class Adam(_Optimizer):
         self.beta_2 = beta_2
         self.epsilon = epsilon
 
-    def _updates(self, gradients, variables):
-        step = tf.cast(self.iterations + 1, tf.float32)
-        alpha = (self.learning_rate * tf.sqrt(1.0 - tf.pow(self.beta_2, step))
-                 / (1.0 - tf.pow(self.beta_1, step)))
+    def _updates(self, gradients, variables, step):
+        count = tf.cast(self.iterations + 1, tf.float32)
+        alpha = step * (self.learning_rate * tf.sqrt(1.0 - tf.pow(self.beta_2, count))
+                        / (1.0 - tf.pow(self.beta_1, count)))
+        momentum_rate = step * (1.0 - self.beta_1)
+        velocity_rate = step * (1.0 - self.beta_2)
         momentums, velocities, weights = [], [], []
         for gradient, variable, momentum, velocity in zip(
                 gradients, variables, self.slots['momentum'], self.slots['velocity'],
                 strict=True):
-            new_momentum = momentum + (gradient - momentum) * (1.0 - self.beta_1)
-            new_velocity = velocity + (tf.square(gradient) - velocity) * (1.0 - self.beta_2)
+            new_momentum = momentum + (gradient - momentum) * members.broadcast(
+                momentum_rate, gradient)
+            new_velocity = velocity + (tf.square(gradient) - velocity) * members.broadcast(
+                velocity_rate, gradient)
             momentums.append(new_momentum)
             velocities.append(new_velocity)
             weights.append(variable - (new_momentum * members.broadcast(alpha, gradient)) / (
@@ -109,12 +111,17 @@ class RMSprop(_Optimizer):
         self.alpha = alpha
         self.epsilon = epsilon
 
-    def _updates(self, gradients, variables):
+    def _updates(self, gradients, variables, step):
+        # A masked member keeps its average: times one plus a zeroed gradient's square.
+        decay = tf.where(step > 0, self.alpha, 1.0)
+        rate = step * (1.0 - self.alpha)
+        learning_rate = step * self.learning_rate
         averages, weights = [], []
         for gradient, variable, average in zip(gradients, variables,
                                                self.slots['square_average'], strict=True):
-            new_average = self.alpha * average + (1.0 - self.alpha) * tf.square(gradient)
+            new_average = (members.broadcast(decay, average) * average +
+                           members.broadcast(rate, gradient) * tf.square(gradient))
             averages.append(new_average)
-            weights.append(variable - members.broadcast(self.learning_rate, gradient) *
+            weights.append(variable - members.broadcast(learning_rate, gradient) *
                            gradient / (tf.sqrt(new_average) + self.epsilon))
         return [(self.slots['square_average'], averages), (variables, weights)]

@@ -132,6 +132,35 @@ class MembersTest(parameterized.TestCase):
         optimizer = self._check_members(kind, (1e-2, 1e-2), masks)
         np.testing.assert_array_equal(optimizer.iterations.numpy(), [4, 3])
 
+    @parameterized.product(kind=('adam', 'rmsprop'), num_members=(1, 2),
+                           jit_compile=(False, True))
+    def test_masked_member_with_a_nonfinite_gradient_stays_exactly(self, kind, num_members,
+                                                                   jit_compile):
+        """A member masked for its NaN or infinite gradient keeps its weights, slots and count
+        bit for bit; a member stepped under a mask steps bit for bit as without one."""
+        variables, reference_variables = _variables(num_members), _variables(num_members)
+        optimizer = _build(kind, variables, 1e-2)
+        reference = _build(kind, reference_variables, 1e-2)
+        apply = tf.function(optimizer.apply, jit_compile=jit_compile, autograph=False)
+        apply_all = tf.function(reference.apply, jit_compile=jit_compile, autograph=False)
+        for step in range(2):  # Nonzero slots first.
+            gradients = _gradients(num_members, step)
+            apply(gradients, variables, tf.ones([num_members], tf.bool))
+            apply_all(gradients, reference_variables)
+        before = _state(optimizer, variables)
+        gradients = _gradients(num_members, 2)
+        bad = [gradient.numpy() for gradient in gradients]
+        bad[0][-1].flat[0], bad[-1][-1].flat[-1] = np.nan, np.inf
+        mask = [True] * (num_members - 1) + [False]
+        apply([tf.constant(gradient) for gradient in bad], variables, tf.constant(mask))
+        apply_all(gradients, reference_variables)
+        for old, new, stepped in zip(tf.nest.flatten(before),
+                                     tf.nest.flatten(_state(optimizer, variables)),
+                                     tf.nest.flatten(_state(reference, reference_variables)),
+                                     strict=True):
+            np.testing.assert_array_equal(new[-1], old[-1])
+            np.testing.assert_array_equal(new[:-1], stepped[:-1])
+
     @parameterized.parameters(('adam',), ('rmsprop',))
     def test_learning_rates_per_member(self, kind):
         optimizer = self._check_members(kind, (1e-3, 1e-2), [(True, True)] * 4)
