@@ -8,6 +8,7 @@ for `ttl_s` seconds belongs to a trainer that died (a lost worker) and is taken 
 whose holder was a process of this machine that no longer runs.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -27,8 +28,10 @@ class LeaseHeld(failures.StorageError):
 class Lease:
     """The lease of run directory `url` (gs://); `acquire` it, then `release` it."""
 
-    def __init__(self, url, ttl_s=DEFAULT_TTL_S, clock=time.time):
+    def __init__(self, url, ttl_s=DEFAULT_TTL_S, clock=time.time, user='trainer',
+                 flag='--logdir'):
         self.url = url
+        self._user, self._flag = user, flag  # Who holds such a lease, for messages.
         self._path = locations.join(url, run_dir.LEASE_FILE)
         self._bucket, self._name = locations.split_gcs_path(self._path)
         self._ttl_s = ttl_s
@@ -38,6 +41,7 @@ class Lease:
         self._host = socket.gethostname()
         self._started = None  # When this trainer took the lease (renewals keep it).
         self._generation = None
+        self._renewed = None  # When the lease was last written.
         self._stop = threading.Event()
         self._thread = None
         self._lock = threading.Lock()
@@ -66,6 +70,7 @@ class Lease:
                 blob.upload_from_string(json.dumps(self._holder()), if_generation_match=0,
                                         content_type='application/json')
                 self._generation = blob.generation
+                self._renewed = self._clock()
                 break
             except exceptions.PreconditionFailed:
                 pass
@@ -85,11 +90,12 @@ class Lease:
                                             if_generation_match=generation,
                                             content_type='application/json')
                     self._generation = blob.generation
+                    self._renewed = self._clock()
                     break
                 except exceptions.PreconditionFailed:
                     continue  # Someone else renewed or took it: look again.
             if seen is not None and generation != seen:
-                raise LeaseHeld(_held_message(self.url, holder))
+                raise LeaseHeld(_held_message(self.url, holder, self._user, self._flag))
             seen = generation
             if self._clock() >= deadline:
                 continue
@@ -107,21 +113,16 @@ class Lease:
         return False
 
     def _renew_loop(self):
-        renewed = self._clock()
         while not self._stop.wait(self._ttl_s / 4):
             try:
                 self.renew()
-                renewed = self._clock()
-            except Exception as error:  # Told by `check`; the trainer stops at its next save.
-                if self.lost:
-                    return  # Taken over: renewing again cannot succeed.
-                if self._clock() - renewed >= self._ttl_s:
-                    # Not renewed for a whole ttl: another trainer may have taken it over.
-                    self.lost = (f'not renewed for {self._ttl_s:g} s: '
-                                 f'{type(error).__name__}: {error}')
-                    return
-                # A failed request (the storage service out of reach) is retried at the next
-                # renewal: the lease is still ours until it expires.
+            except LeaseHeld:
+                return  # Taken over: renewing again cannot succeed.
+            except Exception:  # pylint: disable=broad-except
+                # The storage service out of reach: retried at the next renewal. Once it has not
+                # been renewed for a whole ttl another trainer may take it over, which the first
+                # renewal that reaches the bucket finds (and `check` confirms before uploads).
+                pass
 
     def renew(self):
         """Extends the lease by `ttl_s`; if another trainer took it over, sets `lost` (and
@@ -143,12 +144,24 @@ class Lease:
                              f'({failures.first_line(error, limit=200)})')
                 raise LeaseHeld(f'lost the lease on {self.url} ({self.lost})') from None
             self._generation = blob.generation
+            self._renewed = self._clock()
 
     def check(self):
-        """Raises LeaseHeld if the lease was lost (another trainer took it over)."""
+        """Raises LeaseHeld if the lease was lost (another trainer took it over). A lease not
+        renewed for `ttl_s` (the bucket out of reach) is renewed first, which tells whether
+        another trainer took it over meanwhile; a failure to reach the bucket raises as is."""
+        if not self.lost and self._generation is not None and (
+                self._clock() - self._renewed >= self._ttl_s):
+            with contextlib.suppress(LeaseHeld):  # Told below.
+                self.renew()
         if self.lost:
             raise LeaseHeld(f'lost the lease on {self.url} ({self.lost}); another trainer may '
                             'be writing it')
+
+    def abandon(self):
+        """Stops renewing without waiting or deleting: the lease expires after its ttl."""
+        self._stop.set()
+        self._generation = None
 
     def release(self):
         """Stops renewing and deletes the lease (if it is still ours)."""
@@ -176,6 +189,6 @@ def _process_runs(pid):
     return True
 
 
-def _held_message(url, holder):
+def _held_message(url, holder, user, flag):
     return run_config.in_use_message(
-        url, holder, f' (it holds the lease {run_dir.LEASE_FILE} and renews it)')
+        url, holder, f' (it holds the lease {run_dir.LEASE_FILE} and renews it)', user, flag)

@@ -175,17 +175,30 @@ class LeaseTest(absltest.TestCase):
         lease.check()
         self.assertGreater(self.holder()['expires'], acquired)  # Renewed after the failure.
 
-    def test_a_lease_not_renewed_for_its_ttl_is_lost(self):
+    def test_a_lease_not_renewed_for_its_ttl_stays_held_until_another_takes_it(self):
+        """An outage longer than the ttl loses nothing by itself: `check` renews the lease
+        first, which reaching the bucket tells whether another trainer took it over."""
         from google.api_core import exceptions
         lease = self.acquire(lease_lib.Lease(URL, ttl_s=TTL_S))
+        renew = lease_lib.Lease.renew
         with mock.patch.object(lease_lib.Lease, 'renew',
                                side_effect=exceptions.ServiceUnavailable('unreachable')):
-            deadline = time.time() + 3 * TTL_S
-            while not lease.lost and time.time() < deadline:
-                time.sleep(0.1)
-        self.assertIn('not renewed for 2 s', lease.lost)
-        with self.assertRaises(lease_lib.LeaseHeld):
+            time.sleep(1.5 * TTL_S)
+            self.assertIsNone(lease.lost)
+            with self.assertRaises(exceptions.ServiceUnavailable):
+                lease.check()  # Not renewed for a ttl: it must reach the bucket to tell.
+        with mock.patch.object(lease_lib.Lease, 'renew', renew):
+            lease.check()  # The bucket is back and the lease still ours: renewed.
+        self.assertGreater(self.holder()['expires'], time.time() + TTL_S / 2)
+        # Another trainer takes it over during the next outage.
+        with mock.patch.object(lease_lib.Lease, 'renew',
+                               side_effect=exceptions.ServiceUnavailable('unreachable')):
+            time.sleep(1.5 * TTL_S)
+        self.emulator.client().bucket('runs').blob(LEASE).upload_from_string(
+            b'{"pid": 1, "host": "machine-b", "expires": 1e12}')
+        with self.assertRaisesRegex(lease_lib.LeaseHeld, 'lost the lease'):
             lease.check()
+        self.assertIn('machine-b', self.holder()['host'])
 
     def test_acquire_after_release(self):
         lease = self.acquire(lease_lib.Lease(URL, ttl_s=TTL_S))

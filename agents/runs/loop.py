@@ -113,6 +113,7 @@ class TrainingRun:
         self._eval_warmup = None  # The future of the evaluation compiled ahead.
         self._signals = None  # The StopSignals watched while `run` runs.
         self._heartbeat = None  # The progress.Heartbeat of `run`.
+        self._status = lambda: None  # The phrase `run`'s progress lines add.
         self._step = 0  # int(env_steps) as of the last iteration, for other threads.
 
     def _run_directories(self, logdir, member_bindings):
@@ -176,7 +177,7 @@ class TrainingRun:
         self._restored = True
         return paths[0]
 
-    def run(self, after_save=None, signals=None, stop_at_step=None):
+    def run(self, after_save=None, signals=None, stop_at_step=None, status=None):
         """Trains from the latest checkpoint to the budget; returns the last evaluation.
 
         `after_save`, if given, is called whenever the logdir holds a complete save (after each
@@ -185,12 +186,14 @@ class TrainingRun:
         caller, if it watches them already. `stop_at_step` (a positive int, or None): stop at
         the first iteration end at or past it, short of the budget, with an evaluation and a save
         as at the budget; a run already there does nothing. The schedules stay those of the
-        budget, so a rerun goes on as if the run had not stopped. Raises TrainingError (a
-        subclass naming the fault) when training cannot go on.
+        budget, so a rerun goes on as if the run had not stopped. `status`, if given, returns a
+        phrase the progress lines add, or None (e.g. that the run's bucket is out of reach).
+        Raises TrainingError (a subclass naming the fault) when training cannot go on.
         """
         if stop_at_step is not None and (not _is_int(stop_at_step) or stop_at_step < 1):
             raise ValueError(f'stop_at_step must be a positive integer, got {stop_at_step!r}')
         self.store.after_save = after_save
+        self._status = status or (lambda: None)
         with contextlib.ExitStack() as stack:
             if signals is None:
                 signals = stack.enter_context(stop_signals.StopSignals())
@@ -201,7 +204,7 @@ class TrainingRun:
                 max(self.settings.log_every_secs, 1.0),
                 lambda phase, seconds: progress.heartbeat_line(
                     self._step, self.settings.total_steps, phase, seconds,
-                    self._train_env.vector_env)))
+                    self._train_env.vector_env, self._status())))
             stack.enter_context(self.store.open())
             return self._train(stop_at_step)
 
@@ -223,7 +226,7 @@ class TrainingRun:
                 latest = self._evaluate_and_save(steps)
             if last or clock.progress_due(self.settings.log_every_secs):
                 progress.log_progress(steps, self.settings.total_steps, clock.steps_per_sec,
-                                      episodes, latest, self.agent.num_members)
+                                      episodes, latest, self.agent.num_members, self._status())
                 self._heartbeat.beat()
                 episodes[:] = [0, 0.0]
             self._heartbeat.phase('training')

@@ -25,9 +25,10 @@ def format_seconds(seconds):
     return f'{hours}:{minutes:02d}:{seconds:02d}'
 
 
-def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_members):
+def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_members, status=None):
     """Logs a progress line; `episodes`: (count, summed return) of the training episodes that
-    ended since the last one; `latest`: the last evaluation record (of the first member)."""
+    ended since the last one; `latest`: the last evaluation record (of the first member);
+    `status`: a phrase to add (e.g. that the bucket is out of reach), or None."""
     remaining = max(total_steps - steps, 0)
     eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
     count, return_sum = episodes
@@ -39,8 +40,9 @@ def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_member
         # members' (train).
         speed = (f'{num_members} members x {steps_per_sec:.0f} = '
                  f'{num_members * steps_per_sec:.0f} env steps/s')
-    logging.info('step %d/%d | %s | ETA %s | train return %s | eval return %s',
-                 steps, total_steps, speed, format_seconds(eta), train_return, eval_return)
+    logging.info('step %d/%d | %s | ETA %s | train return %s | eval return %s%s',
+                 steps, total_steps, speed, format_seconds(eta), train_return, eval_return,
+                 f' | {status}' if status else '')
 
 
 def log_end(steps, total_steps, start_steps, stop_at_step, latest):
@@ -63,16 +65,17 @@ def log_end(steps, total_steps, start_steps, stop_at_step, latest):
                      format_return(latest['mean_return']))
 
 
-def heartbeat_line(step, total_steps, phase, seconds, vector_env):
+def heartbeat_line(step, total_steps, phase, seconds, vector_env, status=None):
     """The progress line of a phase that has lasted `seconds` without one, naming the workers
-    of `vector_env` (None for native environments) that the run is waiting for."""
+    of `vector_env` (None for native environments) that the run is waiting for; `status`: a
+    phrase to add, or None."""
     line = f'step {step}/{total_steps} | {phase} for {seconds:.0f} s'
     waiting = vector_env.waiting() if vector_env is not None else None
     if waiting:
         waited, workers = waiting
         line += (f' | waiting {waited:.0f} s for {", ".join(workers)} (deemed hung after '
                  'BatchEnv.timeout)')
-    return line
+    return line + (f' | {status}' if status else '')
 
 
 def iteration_scalars(iterations, num_members, steps_per_sec):

@@ -2,13 +2,15 @@
 
 import json
 import os
+import re
 import tempfile
 from unittest import mock
 
+import gin
 from absl.testing import absltest
 
 from agents.runs import lease as lease_lib
-from agents.runs import recovery, remote_logdir, run_dir
+from agents.runs import recovery, remote_logdir, run_config, run_dir
 from agents.storage import failures, file_io, gcs_testing, locations
 
 URL = 'gs://runs/run'
@@ -44,6 +46,9 @@ class StagedLogdirTest(absltest.TestCase):
         # StagedLogdir stages in the system's temporary directory: here the test's own.
         self.staging_parent = self.create_tempdir().full_path
         self.enter_context(mock.patch.object(tempfile, 'tempdir', self.staging_parent))
+        self.staging_root = self.create_tempdir().full_path
+        self.enter_context(mock.patch.dict(os.environ, {
+            remote_logdir.STAGING_ENV: self.staging_root}))
         self.emulator = self.enter_context(gcs_testing.GcsEmulator(buckets=('runs',)))
 
     def run_objects(self):
@@ -51,8 +56,8 @@ class StagedLogdirTest(absltest.TestCase):
                 for name, data in self.emulator.objects('runs', 'run/').items()}
 
     def staging_dirs(self):
-        return [name for name in os.listdir(self.staging_parent)
-                if name.startswith('batchppo-run-')]
+        return os.listdir(self.staging_root) + [
+            name for name in os.listdir(self.staging_parent) if name.startswith('batchppo-run-')]
 
     def open(self, url=URL, **kwargs):
         staged = remote_logdir.StagedLogdir(url, lease_ttl_s=kwargs.pop('lease_ttl_s', 4.0),
@@ -84,14 +89,14 @@ class StagedLogdirTest(absltest.TestCase):
         self.assertTrue(os.path.isdir(local))
         self.assertEqual(os.listdir(local), [])
         self.assertEqual(list(self.run_objects()), [run_dir.LEASE_FILE])
-        staged.sync()  # Nothing to upload.
+        staged.flush()  # Nothing to upload.
         self.assertEqual(list(self.run_objects()), [run_dir.LEASE_FILE])
 
     def test_sync_uploads_what_a_file_refers_to_before_it(self):
         staged, local = self.open()
         write(local, SAVE)
         calls = self.record_uploads()
-        staged.sync()
+        staged.flush()
         uploaded = [relative for kind, relative in calls if kind == 'upload']
         self.assertCountEqual(uploaded, SAVE)
         self.assertNotIn('delete', [kind for kind, _ in calls])
@@ -107,11 +112,11 @@ class StagedLogdirTest(absltest.TestCase):
 
         # Unchanged files are not uploaded again; changed ones are.
         calls.clear()
-        staged.sync()
+        staged.flush()
         self.assertEqual(calls, [])
         with open(os.path.join(local, 'metrics.jsonl'), 'ab') as f:
             f.write(b'{"step": 4096}\n')
-        staged.sync()
+        staged.flush()
         self.assertEqual(calls, [('upload', 'metrics.jsonl')])
         self.assertEqual(self.run_objects()['metrics.jsonl'],
                          b'{"step": 2048}\n{"step": 4096}\n')
@@ -122,7 +127,7 @@ class StagedLogdirTest(absltest.TestCase):
                    for relative, data in SAVE.items()}
         write(local, {'population.gin': b'train.population = 2\n', **members})
         calls = self.record_uploads()
-        staged.sync()
+        staged.flush()
         uploaded = [relative for kind, relative in calls if kind == 'upload']
         position = {relative: index for index, relative in enumerate(uploaded)}
         for member in ('member-0', 'member-1'):
@@ -136,7 +141,7 @@ class StagedLogdirTest(absltest.TestCase):
     def test_sync_deletes_what_the_trainer_removed_after_uploading(self):
         staged, local = self.open()
         write(local, SAVE)
-        staged.sync()
+        staged.flush()
         # The next save: a new checkpoint and policy, the old ones removed.
         for relative in SAVE:
             if relative.startswith(('checkpoints/ckpt-1', 'policy/2048/')):
@@ -149,7 +154,7 @@ class StagedLogdirTest(absltest.TestCase):
         with open(os.path.join(local, 'metrics.jsonl'), 'ab') as f:
             f.write(b'{"step": 4096}\n')
         calls = self.record_uploads()
-        staged.sync()
+        staged.flush()
         kinds = [kind for kind, _ in calls]
         self.assertEqual(kinds, sorted(kinds, key=['upload', 'delete'].index))  # Deletes last.
         self.assertCountEqual([relative for kind, relative in calls if kind == 'delete'], [
@@ -177,14 +182,14 @@ class StagedLogdirTest(absltest.TestCase):
         first = {'config.gin': b'', 'checkpoints/checkpoint': b'model_checkpoint_path: '
                  b'"ckpt-2048"\n', 'metrics.jsonl': b'{"step": 2048}\n', **save(2048)}
         write(local, first)
-        staged.sync()
+        staged.flush()
         # The next evaluation's save; the rotation removed the first checkpoint and policy.
         for relative in save(2048):
             os.remove(os.path.join(local, *relative.split('/')))
         write(local, {'checkpoints/checkpoint': b'model_checkpoint_path: "ckpt-4096"\n',
                       'metrics.jsonl': b'{"step": 2048}\n{"step": 4096}\n', **save(4096)})
         calls = self.record_uploads()
-        staged.sync()
+        staged.flush()
         self.assertLen(calls, 14)  # 8 uploads (the save, the state file, metrics), 6 deletes.
 
         bucket = dict(first)
@@ -225,7 +230,7 @@ class StagedLogdirTest(absltest.TestCase):
     def test_temporary_files_are_not_uploaded(self):
         staged, local = self.open()
         write(local, {'metrics.jsonl.tmp-123': b'partial', 'config.gin': b'x'})
-        staged.sync()
+        staged.flush()
         self.assertEqual(sorted(self.run_objects()), [run_dir.LEASE_FILE, 'config.gin'])
 
     def test_trial_files_are_neither_downloaded_nor_touched(self):
@@ -239,7 +244,7 @@ class StagedLogdirTest(absltest.TestCase):
         # The trainer removes its checkpoint and writes files of the trial's names.
         os.remove(os.path.join(local, 'checkpoints', 'ckpt-1.index'))
         write(local, {'train.log': b'local', run_dir.LOCK_FILE: b''})
-        staged.sync()
+        staged.flush()
         staged.close()
         self.assertEqual(self.run_objects(), {'train.log': b'trial output\n',
                                               'result.json': b'{"ok": true}',
@@ -251,13 +256,13 @@ class StagedLogdirTest(absltest.TestCase):
         first.close()
         self.assertFalse(os.path.exists(local))
         self.assertNotIn(run_dir.LEASE_FILE, self.run_objects())
+        self.assertEqual(self.staging_dirs(), [])
         second, copy = self.open()
-        self.assertNotEqual(copy, local)
         self.assertEqual({relative: file_io.read_bytes(os.path.join(copy, relative))
                           for relative in file_io.list_files(copy)}, SAVE)
         # Downloaded files are not uploaded again.
         calls = self.record_uploads()
-        second.sync()
+        second.flush()
         self.assertEqual(calls, [])
 
     def test_close_releases_the_lease_and_removes_the_staging_dir(self):
@@ -270,12 +275,51 @@ class StagedLogdirTest(absltest.TestCase):
         self.assertEqual(self.staging_dirs(), [])
         staged.close()  # Twice is no error.
 
-    def test_close_without_sync(self):
+    def test_unsaved_work_stays_for_a_rerun_which_uploads_it(self):
         staged, local = self.open()
-        write(local, {'metrics.jsonl': b'{"step": 1}\n'})
+        write(local, SAVE)
+        staged.flush()
+        # The trainer saved once more, and stopped before that save reached the bucket.
+        write(local, {'checkpoints/checkpoint': b'model_checkpoint_path: "ckpt-2"\n',
+                      'checkpoints/ckpt-2.index': b'index-2',
+                      'checkpoints/ckpt-2.data-00000-of-00001': b'data-2',
+                      'metrics.jsonl': b'{"step": 2048}\n{"step": 4096}\n'})
         staged.close(sync=False)
-        self.assertEqual(self.run_objects(), {})
+        self.assertLen(self.staging_dirs(), 1)
+        self.assertTrue(os.path.isfile(os.path.join(local, 'checkpoints', 'ckpt-2.index')))
+        self.assertNotIn('checkpoints/ckpt-2.index', self.run_objects())
+        # A rerun on this machine resumes from the local copy (newer than the bucket's) and
+        # uploads only what the bucket lacks.
+        calls = self.record_uploads()
+        rerun, copy = self.open()
+        self.assertEqual(copy, local)
+        rerun.close()
+        self.assertCountEqual([relative for kind, relative in calls if kind == 'upload'], [
+            'checkpoints/checkpoint', 'checkpoints/ckpt-2.index',
+            'checkpoints/ckpt-2.data-00000-of-00001', 'metrics.jsonl'])
+        self.assertEqual(self.run_objects()['checkpoints/ckpt-2.index'], b'index-2')
         self.assertEqual(self.staging_dirs(), [])
+
+    def test_a_local_copy_older_than_the_bucket_is_replaced(self):
+        staged, local = self.open()
+        write(local, {'checkpoints/ckpt-1.index': b'old', 'metrics.jsonl': b'{"step": 1}\n'})
+        staged.close(sync=False)  # Left behind, never uploaded.
+        # Another machine went further meanwhile.
+        for relative, data in {'checkpoints/ckpt-5.index': b'new',
+                               'metrics.jsonl': b'{"step": 5}\n'}.items():
+            file_io.write_bytes(locations.join(URL, relative), data)
+        rerun, copy = self.open()
+        self.assertEqual(file_io.list_files(copy), {'checkpoints/ckpt-5.index': 3,
+                                                    'metrics.jsonl': 12})
+
+    def test_close_without_sync_of_a_copy_the_bucket_holds(self):
+        write_remote = {'config.gin': b'x'}
+        for relative, data in write_remote.items():
+            file_io.write_bytes(locations.join(URL, relative), data)
+        staged, local = self.open()
+        staged.close(sync=False)
+        self.assertEqual(self.staging_dirs(), [])
+        self.assertEqual(self.run_objects(), write_remote)
 
     def test_open_a_missing_bucket(self):
         staged = remote_logdir.StagedLogdir('gs://missing-bucket/run', lease_ttl_s=4.0)
@@ -325,15 +369,19 @@ class StagedLogdirTest(absltest.TestCase):
             upload(local_path, url)
 
         with mock.patch.object(file_io, 'upload', failing_upload):
+            staged.sync()  # Returns at once: the upload fails in the background.
             with self.assertRaises(failures.StorageError) as raised:
-                staged.sync()
+                staged.flush(timeout_s=0.5)
+            self.assertRegex(staged.status(), r'^storage unreachable for \d+ s, 2 saves pending')
         self.assertIn('cannot access gs://runs/run', str(raised.exception))
+        self.assertIn(f'only in {os.path.dirname(local)}', str(raised.exception))
         self.assertNotIn('\n', str(raised.exception))
         self.assertNotIn('metrics.jsonl', self.run_objects())
         calls = self.record_uploads()
-        staged.sync()
+        staged.flush()
         self.assertEqual(calls, [('upload', 'metrics.jsonl')])
         self.assertEqual(self.run_objects()['metrics.jsonl'], b'{"step": 1}\n')
+        self.assertIsNone(staged.status())
 
     def test_sync_after_the_lease_was_lost_uploads_nothing(self):
         staged, local = self.open(lease_ttl_s=2.0)
@@ -342,12 +390,13 @@ class StagedLogdirTest(absltest.TestCase):
         with self.assertRaises(lease_lib.LeaseHeld):
             staged._lease.renew()
         write(local, {'metrics.jsonl': b'{"step": 1}\n'})
-        with self.assertRaisesRegex(lease_lib.LeaseHeld, 'lost the lease'):
-            staged.sync()
+        with self.assertRaisesRegex(failures.StorageError, 'lost the lease'):
+            staged.flush()
         self.assertNotIn('metrics.jsonl', self.run_objects())
-        with self.assertRaises(lease_lib.LeaseHeld):
+        with self.assertRaisesRegex(failures.StorageError, 'lost the lease'):
             staged.close()
-        self.assertEqual(self.staging_dirs(), [])
+        # This trainer's work stays on this machine; the bucket's run is the other trainer's.
+        self.assertTrue(os.path.isfile(os.path.join(local, 'metrics.jsonl')))
         self.assertIn('machine-b', self.run_objects()[run_dir.LEASE_FILE].decode())
 
     def test_read_only(self):
@@ -357,6 +406,35 @@ class StagedLogdirTest(absltest.TestCase):
         write(local, {'config.gin': b'x'})
         staged.close()
         self.assertEqual(self.run_objects(), {'metrics.jsonl': b'{"step": 1}\n'})
+
+
+class StagingSettingsTest(absltest.TestCase):
+
+    def tearDown(self):
+        gin.clear_config()
+        super().tearDown()
+
+    def test_defaults_and_bindings(self):
+        self.assertEqual(remote_logdir.staging_settings(),
+                         remote_logdir.StagingSettings(1800.0, 20))
+        gin.parse_config(['staging.max_outage_s = 30', 'staging.max_pending_saves = 3'])
+        self.assertEqual(remote_logdir.staging_settings(),
+                         remote_logdir.StagingSettings(30.0, 3))
+
+    def test_bad_settings_are_refused_by_name(self):
+        for binding, message in (
+                ('staging.max_outage_s = 0', 'staging.max_outage_s must be a positive number of '
+                                             'seconds, got 0'),
+                ("staging.max_outage_s = 'long'", "got 'long'"),
+                ('staging.max_pending_saves = 2.5', 'staging.max_pending_saves must be a '
+                                                    'positive integer, got 2.5'),
+                ('staging.max_pending_saves = True', 'got True')):
+            gin.clear_config()
+            gin.parse_config([binding])
+            with self.assertRaisesWithLiteralMatch(run_config.ConfigError, message) if (
+                    message.startswith('staging')) else self.assertRaisesRegex(
+                        run_config.ConfigError, re.escape(message)):
+                remote_logdir.staging_settings()
 
 
 if __name__ == '__main__':

@@ -204,20 +204,20 @@ class LogdirLock:
     file tells who holds the lock: pid, host, start time and command line.
     """
 
-    def __init__(self, logdir):
+    def __init__(self, logdir, user='trainer', flag='--logdir'):
         self.path = os.path.join(logdir, run_dir.LOCK_FILE)
         try:
             os.makedirs(logdir, exist_ok=True)
             self._file = open(self.path, 'a+', encoding='utf-8')  # Held open: it is the lock.
         except OSError as error:
-            raise ConfigError(f'cannot write to logdir {logdir}: cannot create {self.path}: '
+            raise ConfigError(f'cannot write to {flag[2:]} {logdir}: cannot create {self.path}: '
                               f'{error.strerror or error}') from error
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_holder(self._file)
             self._file.close()
-            raise ConfigError(in_use_message(logdir, holder)) from None
+            raise ConfigError(in_use_message(logdir, holder, user=user, flag=flag)) from None
         self.previous_holder = _read_holder(self._file)
         self.holder = {'pid': os.getpid(), 'host': socket.gethostname(),
                        'started': time.strftime('%Y-%m-%d %H:%M:%S %z'),
@@ -229,7 +229,7 @@ class LogdirLock:
             self._file.flush()
         except OSError as error:
             self.release()
-            raise ConfigError(f'cannot write to logdir {logdir}: cannot write {self.path}: '
+            raise ConfigError(f'cannot write to {flag[2:]} {logdir}: cannot write {self.path}: '
                               f'{error.strerror or error}') from error
 
     def release(self):
@@ -259,9 +259,10 @@ def _check_unlocked(logdir):
         pass
 
 
-def in_use_message(logdir, holder, how=''):
-    """Why `logdir` is refused while another trainer holds it (`holder`: the pid, host,
-    start time and command line its lock or lease records; `how`: how it holds it)."""
+def in_use_message(logdir, holder, how='', user='trainer', flag='--logdir'):
+    """Why `logdir` is refused while another `user` (a trainer, a sweep launcher) holds it
+    (`holder`: the pid, host, start time and command line its lock or lease records; `how`: how
+    it holds it; `flag`: the flag that chooses another directory)."""
     who = f'pid {holder.get("pid", "?")}'
     if holder.get('host'):
         who += f' on {holder["host"]}'
@@ -269,8 +270,8 @@ def in_use_message(logdir, holder, how=''):
         who += f' since {holder["started"]}'
     if holder.get('command'):
         who += f' ({holder["command"]})'
-    return (f'logdir {logdir} is in use by another trainer: {who}{how}. Wait for it to finish '
-            'or stop it, or choose another --logdir.')
+    return (f'{flag[2:]} {logdir} is in use by another {user}: {who}{how}. Wait for it to '
+            f'finish or stop it, or choose another {flag}.')
 
 
 def _read_holder(file):

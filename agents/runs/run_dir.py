@@ -47,6 +47,11 @@ LOG_FILE = 'train.log'
 RESULT_FILE = 'result.json'
 LOCK_FILE = '.lock'  # A local run's flock (run_config.LogdirLock).
 LEASE_FILE = '.lease'  # A remote run's lease object (lease.py).
+# In a bucket run's local staging directory (remote_logdir.py): the run's local copy, the
+# frozen saves waiting for upload, and the record of what the bucket holds.
+STAGING_RUN_DIR = 'run'
+STAGING_PENDING_DIR = 'pending'
+STAGING_UPLOADED_FILE = 'uploaded.json'
 EVENTS_PREFIX = 'events.out.tfevents.'
 # Files a sweep's trial writes beside the trainer's: the trainer leaves them alone.
 TRIAL_FILES = (LOG_FILE, RESULT_FILE)

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from agents.algorithms import algorithm as algorithm_lib
 from agents.algorithms import registry
-from agents.runs import environments, faults, run_config, run_dir
+from agents.runs import environments, faults, memory_bound, run_config, run_dir
 from agents.storage import failures
 
 # A lone run of at most this many environments compiles without XLA by default: XLA's
@@ -193,6 +193,8 @@ class RunSettings:
                     f'train.{name} must be one of {", ".join(map(repr, choices))}; got '
                     f'{getattr(self, name)!r}')
         self._check_backend()
+        # Before the members' bindings are made: a population too large to fit has too many.
+        memory_bound.check_fits(self.population, self.num_envs, self.rollout_length)
         self._check_population()
 
     def _check_numbers(self):

@@ -26,6 +26,7 @@ import datetime
 import gc
 import os
 import sys
+import time
 
 # Loading TensorFlow and the rest makes hundreds of thousands of objects that live as long as
 # the process, which the garbage collector would scan several times while they are made. It
@@ -85,27 +86,40 @@ def default_logdir(gin_files):
     return os.path.join('logs', f'{name}-{stamp}')
 
 
+# A stop signal ends the process within this many seconds in every state (a preemption
+# notice is 30 s): what is saved by then stays, a bucket's pending saves in the staging
+# directory.
+STOP_GRACE_S = 25.0
+# Of that, what a stop leaves to the pending uploads.
+STOP_UPLOAD_S = 15.0
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
     log_noise.quiet()
-    with stop_signals.StopSignals() as signals:
-        sys.exit(_main(signals))
+    staged = []  # The run's StagedLogdir, once there is one (for the last words of a stop).
+    with stop_signals.StopSignals(
+            grace_s=STOP_GRACE_S,
+            last_words=lambda: staged[0].describe() if staged else None) as signals:
+        sys.exit(_main(signals, staged))
 
 
-def _main(signals):
+def _main(signals, staged_box):
     """Checks, prepares and trains; returns the exit status (or an error message)."""
     staged = None
     try:
         config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
         loop.check_config()
+        staging = remote_logdir.staging_settings()
         run_settings.configure_threads()
         if _xla_cache_error is not None:
             raise run_config.ConfigError(f'{xla_cache.ENV_VAR}: {_xla_cache_error}')
         logdir = locations.resolve(FLAGS.logdir or default_logdir(FLAGS.gin_file))
         if locations.is_remote(logdir):
             # Access, the lease and the run's files first: the checks below read the copy.
-            staged = remote_logdir.StagedLogdir(logdir)
+            staged = remote_logdir.StagedLogdir(logdir, settings=staging)
+            staged_box.append(staged)
             local = staged.open()
         else:
             local = logdir
@@ -122,7 +136,7 @@ def _main(signals):
     finally:
         if staged is not None:
             with signals.deferred():  # The last save goes to the bucket whole.
-                status = _close(staged, status)
+                status = _close(staged, status, signals)
     return status
 
 
@@ -146,13 +160,17 @@ def _train(logdir, local, config, staged, signals):
                 logging.info('Took over the lock of %s from pid %s, which no longer runs.',
                              local, holder['pid'])
             run_config.prepare_logdir(local, config, _config_file())
+            after_save = status = None
             if staged is not None:
-                staged.sync()  # The run's configuration is in the bucket from the start.
+                def after_save():
+                    staged.sync(should_stop=lambda: signals.signum is not None)
+                status = staged.status
+                after_save()  # The run's configuration goes to the bucket from the start.
                 logging.info('Logdir: %s (staged in %s)', logdir, local)
             else:
                 logging.info('Logdir: %s', logdir)
-            run.run(after_save=staged.sync if staged is not None else None, signals=signals,
-                    stop_at_step=FLAGS.stop_at_step)
+            run.run(after_save=after_save, signals=signals, stop_at_step=FLAGS.stop_at_step,
+                    status=status)
     except (run_config.ConfigError, failures.StorageError, stop_signals.StopRequested) as error:
         return _status(error, staged)
     except faults.Interrupted as error:
@@ -181,17 +199,24 @@ def _in_bucket(error, staged):
         staged.local, staged.url)
 
 
-def _close(staged, status):
+def _close(staged, status, signals):
     """Uploads what the run saved last and releases the bucket's run; returns the exit status
-    (a failed upload turns success into an error)."""
+    (a failed upload turns success into an error). After a stop signal the uploads get what is
+    left of STOP_UPLOAD_S; what did not reach the bucket stays in the staging directory."""
+    timeout = None
+    if signals.received_at is not None:
+        timeout = max(0.0, STOP_UPLOAD_S - (time.monotonic() - signals.received_at))
     try:
-        staged.close(sync=True)
+        staged.close(sync=True, timeout_s=timeout,
+                     should_stop=lambda: timeout is None and signals.signum is not None)
+        if signals.received_at is not None:
+            sys.stderr.write(f'train: all saves reached {staged.url}.\n')
     except Exception as error:  # Storage clients raise their own types.
-        message = (f'train: error: cannot store the run in {staged.url}: '
-                   f'{type(error).__name__}: {error}')
+        message = f'train: error: cannot store the run in {staged.url}: {error}'
         if status in (0, None):
             return message
-        sys.stderr.write(message + '\n')
+        if str(error) not in str(status):  # Not the error the run stopped with.
+            sys.stderr.write(message + '\n')
     return status
 
 

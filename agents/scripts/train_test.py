@@ -278,14 +278,17 @@ class TrainInBucketTest(absltest.TestCase):
         """The trainer's environment: the emulator's, with a temporary directory of its own (as a
         machine that never saw the run has)."""
         self.staging = self.create_tempdir().full_path
-        return self.emulator.environment(dict(os.environ, PYTHONPATH=ROOT, TMPDIR=self.staging))
+        return self.emulator.environment(dict(
+            os.environ, PYTHONPATH=ROOT, TMPDIR=self.staging,
+            BATCHPPO_STAGING_DIR=os.path.join(self.staging, 'staging')))
 
     def run_objects(self):
         return {name[len('run/'):]: data
                 for name, data in self.emulator.objects('runs', 'run/').items()}
 
     def staging_dirs(self):
-        return [name for name in os.listdir(self.staging) if name.startswith('batchppo-run-')]
+        root = os.path.join(self.staging, 'staging')
+        return os.listdir(root) if os.path.isdir(root) else []
 
     def test_stopped_run_resumes_from_the_bucket_on_another_machine(self):
         command = [sys.executable, '-m', 'agents.scripts.train', '--gin_file=configs/pendulum.gin',

@@ -30,9 +30,11 @@ class GcsEmulator:
     processes need to use it. Its request log goes to a file (`log_path`): the package's own
     launcher pipes it and never reads the pipe, so the server blocks once 64 KiB are logged."""
 
-    def __init__(self, buckets=('test-bucket',), log_dir=None):
+    def __init__(self, buckets=('test-bucket',), log_dir=None, faults=False):
         self._buckets = buckets
         self._log_dir = log_dir
+        self._with_faults = faults
+        self.faults = None  # With `faults`: the fault_proxy_testing.FaultProxy clients go through.
         self._process = None
         self._saved = {}
         self.log_path = None
@@ -52,6 +54,9 @@ class GcsEmulator:
         with socket.socket() as probe:
             probe.bind(('127.0.0.1', 0))
             self._port = probe.getsockname()[1]
+        if self._with_faults:
+            from agents.storage import fault_proxy_testing
+            self.faults = fault_proxy_testing.FaultProxy(self._port)
         log_dir = self._log_dir or os.environ.get('TEST_TMPDIR') or tempfile.gettempdir()
         self.log_path = os.path.join(log_dir, f'fake-gcs-server-{self._port}.log')
         with open(self.log_path, 'wb') as log:
@@ -63,7 +68,8 @@ class GcsEmulator:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f'{self.url}/storage/v1/b', timeout=5):
+                with urllib.request.urlopen(
+                        f'http://127.0.0.1:{self._port}/storage/v1/b', timeout=5):
                     return
             except OSError:
                 if self._process.poll() is not None or time.monotonic() > deadline:
@@ -74,6 +80,8 @@ class GcsEmulator:
                 time.sleep(0.05)
 
     def _stop(self):
+        if self.faults is not None:
+            self.faults.close()
         if self._process is not None:
             self._process.kill()
             self._process.wait()
@@ -89,6 +97,9 @@ class GcsEmulator:
 
     @property
     def url(self):
+        """Where clients reach the server (through the fault proxy, with `faults`)."""
+        if self.faults is not None:
+            return self.faults.url
         return f'http://127.0.0.1:{self._port}'
 
     def environment(self, base=None):
@@ -98,9 +109,14 @@ class GcsEmulator:
         return env
 
     def client(self):
+        """A client of the server itself (not through the fault proxy): what a test inspects
+        the bucket with while clients under test see faults."""
+        from google.api_core.client_options import ClientOptions
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
-        return storage.Client(project='test', credentials=AnonymousCredentials())
+        return storage.Client(
+            project='test', credentials=AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=f'http://127.0.0.1:{self._port}'))
 
     def create_bucket(self, name):
         self.client().create_bucket(name)

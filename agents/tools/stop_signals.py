@@ -7,7 +7,10 @@ hangs. But the interpreter's C-level handler also writes the signal's number to 
 (`signal.set_wakeup_fd`) at once, and here a watcher thread reads it there. On the first
 signal the watcher logs it, records it in `signum` and calls the `on_stop` callbacks (e.g. to
 end a wait for environment workers); a second signal ends the process at once, with exit
-status 128 + the signal's number, as shells report a process killed by it.
+status 128 + the signal's number, as shells report a process killed by it. So does a process
+that has not stopped `grace_s` seconds after the first (a compilation or a native call that
+does not return): a preemption notice is 30 s, and a stop must come within it. `last_words`,
+called then, tells what is kept (whatever the process saved stays as it was saved).
 
 Until `deferred()` is entered, the first signal also raises `StopRequested` in the main
 thread, for phases with nothing to save (building, tracing); within it, the main thread checks
@@ -20,6 +23,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from absl import logging
 
@@ -39,8 +43,11 @@ class StopSignals:
     """Watches for SIGTERM and SIGINT while entered (in the main thread; elsewhere, e.g. in a
     test runner's thread, signals keep their usual effect and `signum` stays None)."""
 
-    def __init__(self):
+    def __init__(self, grace_s=None, last_words=None):
         self.signum = None
+        self.grace_s = grace_s
+        self.received_at = None  # time.monotonic() of the first signal.
+        self.last_words = last_words  # () -> a sentence, or None.
         self._count = 0
         self._callbacks = []
         self._lock = threading.Lock()
@@ -137,6 +144,7 @@ class StopSignals:
             first = self._count == 1
             if first:
                 self.signum = signum
+                self.received_at = time.monotonic()
                 callbacks = list(self._callbacks)
         if not first:
             logging.warning('Received %s again: stopping at once (exit %d); what was not saved '
@@ -149,8 +157,31 @@ class StopSignals:
                             'checkpoint (send it again to stop at once).', name)
         else:
             logging.warning('Received %s: stopping (send it again to stop at once).', name)
+        if self.grace_s is not None:
+            overdue = threading.Timer(self.grace_s, self._overdue, (signum,))
+            overdue.daemon = True
+            overdue.start()
         for callback in callbacks:
             try:
                 callback(signum)
             except Exception:  # noqa: BLE001 - the stop goes on; the traceback is logged.
                 logging.exception('A stop callback failed.')
+
+    def _overdue(self, signum):
+        """Ends a process that did not stop within `grace_s` of the first signal."""
+        if not self._active:
+            return
+        words = ''
+        if self.last_words is not None:
+            try:
+                words = self.last_words() or ''
+            except Exception as error:  # noqa: BLE001 - the exit goes on.
+                words = f'(what is kept could not be told: {error})'
+        message = (f'still running {self.grace_s:g} s after {signal.Signals(signum).name}: '
+                   f'stopping at once (exit {128 + signum}); the last complete save stays'
+                   f'{"; " + words if words else ""}')
+        logging.warning('%s', message)
+        logging.flush()
+        sys.stderr.write(f'stopped: {message}\n')
+        sys.stderr.flush()
+        os._exit(128 + signum)

@@ -107,6 +107,37 @@ class StopSignalsTest(absltest.TestCase):
                       result.stderr)
         self.assertIn('Received SIGINT again: stopping at once (exit 130)', result.stderr)
 
+    def test_a_process_that_does_not_stop_within_the_grace_ends_with_its_last_words(self):
+        # The main thread never returns (a compilation or a native call that does not end).
+        result = run_script('''
+            import os, signal, threading, time
+            from agents.tools import stop_signals
+            with stop_signals.StopSignals(grace_s=1.0, last_words=lambda: 'step 512 is kept'
+                                          ) as signals, signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                began = time.monotonic()
+                threading.Event().wait(30)
+            print('not reached', flush=True)
+        ''', timeout=20)
+        self.assertEqual(result.returncode, 128 + signal.SIGTERM, result.stderr)
+        self.assertEqual(result.stdout, '')
+        self.assertIn('stopped: still running 1 s after SIGTERM: stopping at once (exit 143); '
+                      'the last complete save stays; step 512 is kept', result.stderr)
+
+    def test_a_process_that_stops_within_the_grace_is_not_ended(self):
+        result = run_script('''
+            import os, signal, time
+            from agents.tools import stop_signals
+            with stop_signals.StopSignals(grace_s=0.5) as signals, signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                while signals.signum is None:
+                    time.sleep(0.01)
+            time.sleep(1.0)  # Past the grace, with the signals no longer watched.
+            print('exited normally', flush=True)
+        ''')
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, 'exited normally\n')
+
 
 def _wait_until(condition, timeout=10.0):
     deadline = time.monotonic() + timeout

@@ -14,7 +14,10 @@ from its directory in the bucket.
 
 Rerunning the same command resumes: trials whose result is `ok` are kept, failed and missing ones
 run again (in a rung not yet decided), and a rung's decision is never recomputed. An output
-directory that holds a different spec is refused.
+directory that holds a different spec is refused, as is one another launcher holds (a lock file
+locally, a lease in a bucket). Damaged records of the launcher are checked before anything
+trains (sweep_state.py): a torn last line is repaired, other damage refused until
+`--repair_state` rebuilds the record from the trials' results.
 """
 
 import contextlib
@@ -38,11 +41,12 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
+from agents.runs import lease as lease_lib
 from agents.runs import run_config, run_dir
 from agents.scripts import log_noise
 from agents.storage import failures, file_io, locations
 from pipelines import halving
-from pipelines.sweep import scheduler, search, sweep_spec
+from pipelines.sweep import scheduler, search, sweep_spec, sweep_state
 from pipelines.sweep import trial as trial_lib
 
 flags.DEFINE_string('spec', None, 'The sweep spec (YAML), e.g. configs/sweeps/pendulum.yaml; '
@@ -57,6 +61,9 @@ flags.DEFINE_integer('pipeline_attempts', 3, 'Runs of the pipeline while it fail
                      'reruns only the unfinished trials, from their last checkpoints.',
                      lower_bound=1)
 
+flags.DEFINE_bool('repair_state', False, 'Move a damaged trials.jsonl, rungs.jsonl or search.db '
+                  'of the output_dir aside (kept as <name>.damaged-<time>) and rebuild it from '
+                  'the trials\' result.json files.')
 FLAGS = flags.FLAGS
 
 
@@ -376,14 +383,49 @@ def main(argv):
         try:
             file_io.check_writable(output_dir)
             prepare_output_dir(output_dir, spec, spec_text)
+            release = hold_output_dir(output_dir)
         except OSError as error:
             raise SweepError(f'cannot write to output_dir {output_dir}: '
                              f'{error.strerror or error}') from None
+        except lease_lib.LeaseHeld as error:
+            raise SweepError(str(error)) from None
         except failures.StorageError as error:
             raise SweepError(f'output_dir: {error}') from None
+        except run_config.ConfigError as error:
+            raise SweepError(str(error)) from None
     except (sweep_spec.SpecError, SweepError) as error:
         sys.exit(f'sweep: error: {error}')
+    try:
+        try:
+            sweep_state.check(output_dir, repair=FLAGS.repair_state)
+        except sweep_state.StateError as error:
+            return f'sweep: error: {error}'
+        except failures.StorageError as error:
+            return f'sweep: error: output_dir: {error}'
+        return _launch(spec, output_dir, options)
+    finally:
+        release()
 
+
+def hold_output_dir(output_dir):
+    """Makes this launcher the only one of `output_dir` (a second would train the same trials
+    and fail them): a lock file locally, a lease with a heartbeat in a bucket, each taken over
+    only from a holder that is gone. Returns the function that lets go; raises ConfigError or
+    LeaseHeld naming the holder."""
+    if locations.scheme(output_dir) == 'gs':
+        lease = lease_lib.Lease(output_dir, user='sweep launcher', flag='--output_dir')
+        lease.acquire()
+        return lease.release
+    if locations.is_remote(output_dir):
+        logging.warning('%s:// has no lease: nothing keeps a second launcher from using %s at '
+                        'the same time.', locations.scheme(output_dir), output_dir)
+        return lambda: None
+    return run_config.LogdirLock(output_dir, user='sweep launcher',
+                                 flag='--output_dir').release
+
+
+def _launch(spec, output_dir, options):
+    """Trains the sweep in `output_dir`, which this launcher holds; returns the exit status."""
     workers = local_workers(options)
     threads = FLAGS.threads_per_trial or (
         max(1, (os.cpu_count() or 1) // workers) if workers else None)

@@ -1,0 +1,136 @@
+"""The sweep launcher on damaged records and beside another launcher, through the real binary.
+
+A tiny successive-halving sweep (three configurations to 1024 steps, the best to 2048) runs to
+the end; then its `rungs.jsonl` is torn (rerun: repaired, exit 0), filled with bytes that are not
+text (exit 1 with one line and no traceback; `--repair_state` then rebuilds it), and a
+`search.db` that is no database is refused alike. A second launcher started beside a running
+one is refused within seconds, naming the first, which finishes undisturbed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+
+from reliability import harness
+
+SPEC = """\
+gin_files: [configs/pendulum.gin]
+bindings:
+  train.num_envs: 4
+  train.rollout_length: 256
+  train.eval_every_steps: 1024
+  train.eval_episodes: 1
+  PPO.num_minibatches: 4
+budget: {env_steps: 2048, timeout_s: 600}
+grid:
+  PPO.learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]
+scheduler: {type: successive_halving, min_steps: 1024, reduction_factor: 3}
+"""
+
+
+class SweepDamageTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.cwd = self.create_tempdir().full_path
+        with open(os.path.join(self.cwd, 'spec.yaml'), 'w') as f:
+            f.write(SPEC)
+        self.out = os.path.join(self.cwd, 'out')
+        self.rungs = os.path.join(self.out, 'rungs.jsonl')
+
+    def command(self, *flags):
+        return [sys.executable, '-m', 'pipelines.sweep', '--spec=spec.yaml', '--output_dir=out',
+                *flags]
+
+    def env(self):
+        return harness.environment(BUILD_WORKING_DIRECTORY=self.cwd)
+
+    def sweep(self, *flags):
+        return subprocess.run(self.command(*flags), capture_output=True, text=True, timeout=900,
+                              cwd=self.cwd, env=self.env(), stdin=subprocess.DEVNULL,
+                              check=False)
+
+    def decisions(self):
+        with open(self.rungs) as f:
+            return [json.loads(line) for line in f]
+
+    def assert_refused(self, result, *parts):
+        self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+        errors = [line for line in result.stderr.splitlines()
+                  if line.startswith('sweep: error:')]
+        self.assertLen(errors, 1, result.stderr[-3000:])
+        for part in parts:
+            self.assertIn(part, errors[0])
+        self.assertNotIn('Traceback', result.stderr)
+
+    def test_torn_and_damaged_records(self):
+        first = self.sweep()
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        (decision,) = self.decisions()
+
+        # A launcher killed mid-write on a storage without atomic writes: a torn last line.
+        with open(self.rungs, 'rb') as f:
+            whole = f.read()
+        with open(self.rungs, 'wb') as f:
+            f.write(whole[:len(whole) // 2])
+        torn = self.sweep()
+        self.assertEqual(torn.returncode, 0, torn.stderr[-3000:])
+        self.assertIn('rungs.jsonl: dropped its torn last line', torn.stderr)
+        self.assertEqual([d['promoted'] for d in self.decisions()], [decision['promoted']])
+
+        # Bytes that are not text: refused before anything trains, nothing changed.
+        with open(self.rungs, 'ab') as f:
+            f.write(b'\xff\xfe\x00garbage')
+        with open(self.rungs, 'rb') as f:
+            damaged = f.read()
+        garbage = self.sweep()
+        self.assert_refused(garbage, f'{self.rungs}: bytes that are not UTF-8 text',
+                            '--repair_state')
+        with open(self.rungs, 'rb') as f:
+            self.assertEqual(f.read(), damaged)
+        repaired = self.sweep('--repair_state')
+        self.assertEqual(repaired.returncode, 0, repaired.stderr[-3000:])
+        self.assertEqual([d['promoted'] for d in self.decisions()], [decision['promoted']])
+        self.assertTrue([name for name in os.listdir(self.out)
+                         if name.startswith('rungs.jsonl.damaged-')])
+
+        # A study database that SQLite cannot read.
+        with open(os.path.join(self.out, 'search.db'), 'wb') as f:
+            f.write(b'SQLite format 2\x00' + os.urandom(200))
+        study = self.sweep()
+        self.assert_refused(study, os.path.join(self.out, 'search.db'), 'not an SQLite database')
+
+    def test_a_second_launcher_is_refused_and_the_first_finishes(self):
+        log = os.path.join(self.cwd, 'first.log')
+        with open(log, 'w') as output:
+            first = subprocess.Popen(self.command(), stdout=output, stderr=subprocess.STDOUT,
+                                     cwd=self.cwd, env=self.env(), stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.addCleanup(lambda: first.poll() is not None or first.kill())
+        lock = os.path.join(self.out, '.lock')
+
+        def held():
+            try:
+                with open(lock) as f:
+                    return json.loads(f.read() or '{}').get('pid') == first.pid
+            except (FileNotFoundError, ValueError):
+                return False
+
+        harness.wait_for(held, 300, 'the first launcher to hold output_dir')
+        began = time.monotonic()
+        second = self.sweep()
+        self.assertLess(time.monotonic() - began, 30)
+        self.assert_refused(second, f'output_dir {self.out} is in use by another sweep launcher',
+                            f'pid {first.pid}', 'choose another --output_dir')
+        self.assertEqual(first.wait(900), 0, open(log).read()[-3000:])
+        with open(os.path.join(self.out, 'trials.jsonl')) as f:
+            records = [json.loads(line) for line in f]
+        self.assertEqual([record['status'] for record in records], ['ok'] * 3)
+
+
+if __name__ == '__main__':
+    absltest.main()
