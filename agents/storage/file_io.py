@@ -10,7 +10,7 @@ import os
 import shutil
 import stat
 
-from agents.storage import backends, failures, locations
+from agents.storage import backends, failures, locations, outages
 
 PROBE_PREFIX = '.batchppo-probe-'  # Written and deleted by `check_writable`.
 
@@ -18,7 +18,7 @@ PROBE_PREFIX = '.batchppo-probe-'  # Written and deleted by `check_writable`.
 def exists(path):
     if not locations.is_remote(path):
         return os.path.exists(path)
-    return backends.filesystems(path).exists(path)
+    return outages.ride_out(path, lambda: backends.filesystems(path).exists(path))
 
 
 def read_bytes(path):
@@ -26,6 +26,10 @@ def read_bytes(path):
     if not locations.is_remote(path):
         with open(path, 'rb') as f:
             return f.read()
+    return outages.ride_out(path, lambda: _read_remote(path))
+
+
+def _read_remote(path):
     from apache_beam.io.filesystem import CompressionTypes
     file_systems = backends.filesystems(path)
     if not file_systems.exists(path):
@@ -73,8 +77,11 @@ def write_bytes(path, data, mime_type='application/octet-stream'):
             if os.path.exists(temporary):
                 os.remove(temporary)
         return
-    with _created(path, mime_type) as f:
-        f.write(data)
+
+    def write():
+        with _created(path, mime_type) as f:
+            f.write(data)
+    outages.ride_out(path, write)
 
 
 def write_text(path, text):
@@ -92,7 +99,8 @@ def list_files(directory):
                 files[relative] = os.path.getsize(path)
         return files
     prefix = directory.rstrip('/') + '/'
-    result = backends.filesystems(directory).match([prefix + '**'])[0]
+    result = outages.ride_out(
+        directory, lambda: backends.filesystems(directory).match([prefix + '**'])[0])
     # A probe of `check_writable` left by a process killed at that moment is no content.
     return {metadata.path[len(prefix):]: metadata.size_in_bytes
             for metadata in result.metadata_list if metadata.path.startswith(prefix) and
@@ -123,15 +131,19 @@ def delete(paths):
         client = backends.gcs_client(paths[0])
         for path in paths:
             bucket, name = locations.split_gcs_path(path)
-            try:
-                client.bucket(bucket).blob(name).delete()
-            except exceptions.NotFound:
-                pass
+
+            def delete_one(bucket=bucket, name=name):
+                with contextlib.suppress(exceptions.NotFound):
+                    client.bucket(bucket).blob(name).delete()
+            outages.ride_out(path, delete_one)
         return
     file_systems = backends.filesystems(paths[0])
-    for path in paths:
+
+    def delete_if_there(path):
         if file_systems.exists(path):
             file_systems.delete([path])
+    for path in paths:
+        outages.ride_out(path, lambda path=path: delete_if_there(path))
 
 
 def upload(local_path, url):
@@ -139,8 +151,10 @@ def upload(local_path, url):
     if not locations.is_remote(url):
         download(local_path, url)
         return
-    with open(local_path, 'rb') as source, _created(url) as destination:
-        shutil.copyfileobj(source, destination, 1 << 20)
+    def copy():
+        with open(local_path, 'rb') as source, _created(url) as destination:
+            shutil.copyfileobj(source, destination, 1 << 20)
+    outages.ride_out(url, copy)
 
 
 @contextlib.contextmanager
@@ -165,7 +179,7 @@ def download(url, local_path):
     file and a rename."""
     os.makedirs(os.path.dirname(local_path) or '.', exist_ok=True)
     temporary = f'{local_path}.download-{os.getpid()}'
-    try:
+    def copy():
         if locations.is_remote(url):
             from apache_beam.io.filesystem import CompressionTypes
             source = backends.filesystems(url).open(
@@ -174,6 +188,12 @@ def download(url, local_path):
             source = open(url, 'rb')
         with source, open(temporary, 'wb') as destination:
             shutil.copyfileobj(source, destination, 1 << 20)
+
+    try:
+        if locations.is_remote(url):
+            outages.ride_out(url, copy)
+        else:
+            copy()
         os.replace(temporary, local_path)
     finally:
         if os.path.exists(temporary):

@@ -64,7 +64,7 @@ from apache_beam.options.pipeline_options import (
 
 from agents.runs import run_config, run_dir
 from agents.scripts import log_noise
-from agents.storage import backends, failures, file_io, locations
+from agents.storage import backends, failures, file_io, locations, outages
 from pipelines.report import plots, report_data, report_html, run_reader
 
 EXIT_USAGE = 2
@@ -78,6 +78,9 @@ flags.DEFINE_string('output_dir', None, 'Directory for the report (index.html, r
                     '(gs://bucket/path) works with any --runner; a local path only with runners '
                     'whose workers run on this machine (the default).')
 flags.DEFINE_integer('seed', 0, 'Seeds the bootstrap and the episodes of the videos.')
+flags.DEFINE_float('max_outage_s', 1800.0, 'How long reading the runs and writing the report '
+                   'retry a storage that is out of reach before the report stops.',
+                   lower_bound=0.0)
 flags.DEFINE_integer('bootstrap_reps', 50_000, 'Bootstrap resamples for the intervals of final '
                      'scores (rliable\'s default).')
 flags.DEFINE_integer('curve_bootstrap_reps', 2_000, 'Bootstrap resamples per point of the '
@@ -504,6 +507,7 @@ def parse_flags(argv):
 
 
 def main(argv):
+    outages.set_limit(FLAGS.max_outage_s)
     try:
         options = pipeline_options(argv[1:])
         settings = settings_from_flags()

@@ -44,7 +44,7 @@ from apache_beam.options.pipeline_options import (
 from agents.runs import lease as lease_lib
 from agents.runs import run_config, run_dir
 from agents.scripts import log_noise
-from agents.storage import failures, file_io, locations
+from agents.storage import failures, file_io, locations, outages
 from pipelines import halving
 from pipelines.sweep import scheduler, search, sweep_spec, sweep_state
 from pipelines.sweep import trial as trial_lib
@@ -61,6 +61,10 @@ flags.DEFINE_integer('pipeline_attempts', 3, 'Runs of the pipeline while it fail
                      'reruns only the unfinished trials, from their last checkpoints.',
                      lower_bound=1)
 
+flags.DEFINE_float('max_outage_s', 1800.0, 'How long the launcher and its workers retry the '
+                   'storage of output_dir while it is out of reach before the sweep stops (the '
+                   'trainers ride out outages on their own: staging.max_outage_s).',
+                   lower_bound=0.0)
 flags.DEFINE_bool('repair_state', False, 'Move a damaged trials.jsonl, rungs.jsonl or search.db '
                   'of the output_dir aside (kept as <name>.damaged-<time>) and rebuild it from '
                   'the trials\' result.json files.')
@@ -370,6 +374,7 @@ def _unknown_beam_args(args):
 
 
 def main(argv):
+    outages.set_limit(FLAGS.max_outage_s)
     try:
         spec_path = sweep_spec.find(FLAGS.spec)
         spec = sweep_spec.load(spec_path, name=FLAGS.spec)
@@ -432,7 +437,7 @@ def _launch(spec, output_dir, options):
     settings = trial_lib.Settings(
         output_dir=output_dir, gin_files=spec.gin_files, env_steps=spec.env_steps,
         timeout_s=spec.timeout_s, caller_directory=locations.caller_directory(),
-        threads=threads)
+        threads=threads, max_outage_s=FLAGS.max_outage_s)
     runner = options.view_as(StandardOptions).runner or 'DirectRunner'
     logging.info('%s into %s on %s%s.', describe(spec, output_dir), output_dir, runner,
                  f' with {workers} workers' if workers else '')
@@ -455,13 +460,16 @@ def _launch(spec, output_dir, options):
             study = (stack.enter_context(search.Study(spec, output_dir)) if spec.search
                      else None)
             course = scheduler.run(spec, output_dir, train, study)
+        records = [trial_lib.read_result(output_dir, trial.id) or _missing(trial)
+                   for trial in course.trials]
+        if spec.scheduler:
+            records = scheduler.annotate(course, records)
+        write_outputs(records, output_dir, spec.metric, spec.mode)
     except StageError as error:
         return f'sweep: error: {error}'
-    records = [trial_lib.read_result(output_dir, trial.id) or _missing(trial)
-               for trial in course.trials]
-    if spec.scheduler:
-        records = scheduler.annotate(course, records)
-    write_outputs(records, output_dir, spec.metric, spec.mode)
+    except failures.StorageError as error:  # An outage longer than --max_outage_s.
+        return (f'sweep: error: {error}; what the trials finished is stored with them: rerun '
+                'the same command to go on')
     return report(output_dir, time.time() - started_at, spec.metric, spec.mode)
 
 

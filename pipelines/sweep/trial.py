@@ -39,7 +39,7 @@ import threading
 import time
 
 from agents.runs import metrics, run_config, run_dir
-from agents.storage import file_io, locations
+from agents.storage import file_io, locations, outages
 
 TRAINER_MODULE = 'agents.scripts.train'
 LOG_UPLOAD_S = 10.0  # How often a trial in a bucket uploads its train.log.
@@ -58,6 +58,7 @@ class Settings:
     caller_directory: str | None = None  # Relative gin files are resolved against it.
     threads: int | None = None  # TensorFlow intra-op threads per trial; None lets TF choose.
     trainer_module: str = TRAINER_MODULE
+    max_outage_s: float = 0.0  # How long this worker's writes to output_dir ride out an outage.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +149,7 @@ def run_population(population, settings, stop_at_step=None):
 def _attempt(trials, logdir, config_file, command, timeout_s, settings, budget, results):
     """Runs the trainer `command` in `logdir` once; stores and returns the `trials`' records,
     made by `results(returncode, output, timed_out, wall_time)`."""
+    outages.set_limit(settings.max_outage_s)  # This worker's own writes to output_dir.
     result_paths = [locations.join(trial_dir(settings.output_dir, trial.id), run_dir.RESULT_FILE)
                     for trial in trials]
     if locations.is_remote(logdir):
