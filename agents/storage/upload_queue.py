@@ -28,8 +28,8 @@ class UploadQueue:
 
     A save is any object with `step` (for messages) and `discard()` (called when a newer save
     replaces it unuploaded, or when the queue closes with it waiting). `upload` raises
-    StorageError (or any Exception) on failure. `describe_pending()` names where saves not
-    yet uploaded are kept, for messages.
+    StorageError (or any Exception) on failure; one of the types in `fatal` (a lost lease) gives
+    up at once. `describe_pending()` names where saves not yet uploaded are kept, for messages.
     """
 
     def __init__(self, url, upload, describe_pending, max_outage_s, max_pending, fatal=(),
