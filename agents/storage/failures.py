@@ -7,6 +7,7 @@ messages of the binaries.
 """
 
 import contextlib
+import random
 
 
 class StorageError(Exception):
@@ -17,14 +18,8 @@ def describe_error(path, error):
     """One sentence for a failed access to URL `path`: what is wrong and what to do."""
     error = _beam_cause(error)
     text = f'{type(error).__name__}: {error}'
-    chain = [error]
-    while chain[-1].__cause__ or chain[-1].__context__:
-        chain.append(chain[-1].__cause__ or chain[-1].__context__)
-        if len(chain) > 10:
-            break
-    codes = {getattr(e, 'code', None) for e in chain} | {
-        getattr(getattr(e, 'response', None), 'status_code', None) for e in chain}
-    names = {type(e).__name__ for e in chain}
+    chain = _chain(error)
+    codes, names = _statuses(chain), {type(e).__name__ for e in chain}
     joined = ' '.join(str(e) for e in chain)
     bucket = path.split('/')[2] if path.count('/') >= 2 else path
     summary = first_line(text, limit=300)
@@ -38,6 +33,51 @@ def describe_error(path, error):
     if 404 in codes or 'NotFound' in names or 'bucket does not exist' in joined.lower():
         return f'bucket {bucket} of {path} does not exist ({summary})'
     return f'cannot access {path}: {summary}'
+
+
+# HTTP statuses and error types that waiting does not mend (no credentials, permission denied,
+# no such bucket or object, a failed precondition).
+_PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 409, 412})
+_PERMANENT_NAMES = frozenset({'DefaultCredentialsError', 'Forbidden', 'Unauthorized', 'NotFound',
+                              'PreconditionFailed'})
+# Raised before any request: a missing library, an unknown scheme, a path that is not there.
+_PERMANENT_TYPES = (StorageError, FileNotFoundError, FileExistsError, PermissionError,
+                    ImportError, NotImplementedError, ValueError, TypeError, KeyError)
+
+
+def is_transient(error):
+    """Whether `error` (of any client library) may pass once the storage is reachable again: no
+    connection, a timeout, a 5xx or 429 answer."""
+    if isinstance(error, _PERMANENT_TYPES):
+        return False
+    chain = _chain(_beam_cause(error))
+    return not (_statuses(chain) & _PERMANENT_STATUSES
+                or {type(e).__name__ for e in chain} & _PERMANENT_NAMES)
+
+
+def _chain(error):
+    """`error` and the errors it was raised from (at most 11)."""
+    chain = [error]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+        if len(chain) > 10:
+            break
+    return chain
+
+
+def _statuses(chain):
+    """The HTTP statuses the errors of `chain` carry."""
+    return {getattr(e, 'code', None) for e in chain} | {
+        getattr(getattr(e, 'response', None), 'status_code', None) for e in chain}
+
+
+def backoff_delays(initial_s, maximum_s):
+    """Waits between retries: doubling from `initial_s` up to `maximum_s`, each jittered to
+    between half and all of it."""
+    delay = initial_s
+    while True:
+        yield delay * random.uniform(0.5, 1.0)
+        delay = min(maximum_s, delay * 2)
 
 
 def _beam_cause(error):

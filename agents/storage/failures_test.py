@@ -70,5 +70,24 @@ class DescribeErrorTest(absltest.TestCase):
         self.assertEqual(message, 'cannot access gs://runs/run: ConnectionError: refused')
 
 
+class TransientTest(absltest.TestCase):
+
+    def test_outages_are_transient_refusals_are_not(self):
+        from google.api_core import exceptions
+        for error in (ConnectionRefusedError('refused'), TimeoutError('timed out'),
+                      exceptions.ServiceUnavailable('down'), exceptions.TooManyRequests('slow')):
+            self.assertTrue(failures.is_transient(error), error)
+        wrapped = RuntimeError('upload failed')
+        wrapped.__cause__ = exceptions.Forbidden('denied')
+        for error in (exceptions.Unauthorized('who'), exceptions.NotFound('no bucket'),
+                      wrapped, failures.StorageError('no filesystem'), FileNotFoundError('x')):
+            self.assertFalse(failures.is_transient(error), error)
+
+    def test_backoff_doubles_to_its_maximum_with_jitter(self):
+        delays = failures.backoff_delays(1.0, 8.0)
+        for ceiling in (1, 2, 4, 8, 8, 8):
+            self.assertBetween(next(delays), ceiling / 2, ceiling)
+
+
 if __name__ == '__main__':
     absltest.main()

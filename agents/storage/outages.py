@@ -11,15 +11,12 @@ precondition) are raised at once. The default limit, 0, leaves the client librar
 alone.
 """
 
-import random
 import time
 
 from absl import logging
 
 from agents.storage import failures
 
-# HTTP statuses an outage does not explain: waiting changes nothing.
-PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 409, 412})
 TELL_EVERY_S = 10.0
 
 _limit_s = 0.0
@@ -35,50 +32,18 @@ def set_limit(max_outage_s):
     _limit_s = float(max_outage_s)
 
 
-def limit():
-    return _limit_s
-
-
-def is_transient(error):
-    """Whether `error` (of any client library) may pass once the storage is reachable again."""
-    if isinstance(error, (failures.StorageError, FileNotFoundError, FileExistsError,
-                          PermissionError, ImportError, NotImplementedError, ValueError,
-                          TypeError, KeyError)):
-        return False  # A missing library, an unknown scheme, a path that is not there.
-    chain, seen = [error], set()
-    while chain[-1] is not None and id(chain[-1]) not in seen and len(chain) < 10:
-        seen.add(id(chain[-1]))
-        inner = chain[-1]
-        details = getattr(inner, 'exception_details', None)  # A BeamIOError's causes.
-        nested = next(iter(details.values()), None) if isinstance(details, dict) else None
-        chain.append(nested if isinstance(nested, Exception) else
-                     inner.__cause__ or inner.__context__)
-    for link in chain:
-        if link is None:
-            continue
-        status = getattr(link, 'code', None)
-        status = status if isinstance(status, int) else getattr(
-            getattr(link, 'response', None), 'status_code', None)
-        if status in PERMANENT_STATUSES:
-            return False
-        if type(link).__name__ in ('DefaultCredentialsError', 'Forbidden', 'Unauthorized',
-                                   'NotFound', 'PreconditionFailed'):
-            return False
-    return True
-
-
 def ride_out(url, call, clock=time.monotonic, sleep=time.sleep, initial_backoff_s=1.0,
              max_backoff_s=30.0):
     """`call()`, retried through an outage of the storage of `url` up to the limit."""
     if not _limit_s:
         return call()
     began = told = None
-    delay = initial_backoff_s
+    delays = failures.backoff_delays(initial_backoff_s, max_backoff_s)
     while True:
         try:
             result = call()
         except Exception as error:  # Each client library raises its own types.
-            if not is_transient(error):
+            if not failures.is_transient(error):
                 raise
             now = clock()
             began = now if began is None else began
@@ -91,8 +56,7 @@ def ride_out(url, call, clock=time.monotonic, sleep=time.sleep, initial_backoff_
                 told = now
                 logging.warning('Storage unreachable for %.0f s (%s); retrying up to '
                                 'max_outage_s = %g.', now - began, sentence, _limit_s)
-            sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(max_backoff_s, delay * 2)
+            sleep(next(delays))
             continue
         if began is not None:
             logging.info('Storage reachable again after %.0f s (%s).', clock() - began, url)

@@ -10,7 +10,6 @@ saves not yet in the bucket exceed `max_pending`, which bounds the work that wou
 the machine.
 """
 
-import random
 import threading
 import time
 
@@ -77,23 +76,22 @@ class UploadQueue:
             self._check_limit()
             if self.error is not None:
                 return f'storage unreachable: {self.error}'
+            outage = self._outage_phrase()
+            if outage is None:
+                return None
             saves = f'{self.pending} save{"s" if self.pending != 1 else ""} pending'
             if self.outage_since is not None:
-                return (f'storage unreachable for {self._clock() - self.outage_since:.0f} s, '
-                        f'{saves}, retrying ({self.last_failure})')
-            stuck = self._stuck_since()
-            if stuck is not None:
-                return (f'storage not answering for {self._clock() - stuck:.0f} s, {saves}, '
-                        'waiting')
-            return None
+                return f'{outage[0]}, {saves}, retrying ({self.last_failure})'
+            return f'{outage[0]}, {saves}, waiting'
 
     def _outage_phrase(self):
+        """(what the storage does and for how long, the last failure or None), or None."""
         if self.outage_since is not None:
-            return (f'storage unreachable for {self._clock() - self.outage_since:.0f} s '
-                    f'({self.last_failure})')
+            return (f'storage unreachable for {self._clock() - self.outage_since:.0f} s',
+                    self.last_failure)
         stuck = self._stuck_since()
         return (None if stuck is None
-                else f'storage not answering for {self._clock() - stuck:.0f} s')
+                else (f'storage not answering for {self._clock() - stuck:.0f} s', None))
 
     def _stuck_since(self):
         """When the upload in flight began, once it has gone on for STUCK_S (a client library
@@ -141,7 +139,9 @@ class UploadQueue:
                     last_report = now
                     phrase = (f'waiting for storage: {self.pending} saves not in {self.url} '
                               f'exceed max_pending_saves = {self.max_pending}')
-                    status = self._outage_phrase()
+                    outage = self._outage_phrase()
+                    status = outage and (f'{outage[0]} ({outage[1]})' if outage[1]
+                                         else outage[0])
                     self._condition.release()
                     try:
                         report(phrase + (f'; {status}' if status else ''))
@@ -190,7 +190,7 @@ class UploadQueue:
                 f'{self._describe_pending()} (rerun on this machine to upload them and resume)')
 
     def _work(self):
-        failures_in_row = 0
+        delays = None  # The backoff of the failures in a row.
         while True:
             with self._condition:
                 while self._waiting is None and not self._closing:
@@ -206,15 +206,14 @@ class UploadQueue:
                 self._give_up(save, failures.StorageError(str(error)))
                 return
             except Exception as error:  # Storage clients raise their own types.
-                failures_in_row += 1
                 if self._failed(save, error):
                     return
-                delay = min(self._max_backoff_s,
-                            self._initial_backoff_s * 2 ** (failures_in_row - 1))
+                delays = delays or failures.backoff_delays(self._initial_backoff_s,
+                                                           self._max_backoff_s)
                 self._retry.clear()
-                self._retry.wait(delay * random.uniform(0.5, 1.0))
+                self._retry.wait(next(delays))
                 continue
-            failures_in_row = 0
+            delays = None
             self._succeeded(save, pending)
 
     def _failed(self, save, error):
