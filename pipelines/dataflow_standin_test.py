@@ -34,23 +34,15 @@ from pipelines.packaging_testing import clean_env, copy_tree, run, staged
 from pipelines.portable_testing import PortableCluster
 from pipelines.process_testing import wait_for
 from pipelines.report import report_browser_test
+from pipelines.sweep import sweep_testing
 from tools import source_tree
 
 BUCKET = 'sweeps'
 SWEEP = f'gs://{BUCKET}/sweep'
 # Two trials of four evaluations each (one per iteration), small enough for two cores.
 BUDGET = 4096
-SPEC = f"""\
-gin_files: [pendulum.gin]
-bindings:
-  train.num_envs: 4
-  train.rollout_length: 256
-  train.eval_every_steps: 1024
-  train.eval_episodes: 1
-  PPO.num_minibatches: 4
-grid: {{PPO.learning_rate: [3.0e-4, 1.0e-3]}}
-budget: {{env_steps: {BUDGET}, timeout_s: 900}}
-"""
+SPEC = sweep_testing.tiny_spec('pendulum.gin', BUDGET, 900) + (
+    'grid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n')
 
 
 def build_sdist(tree, directory):

@@ -101,8 +101,8 @@ class StorageOutageTest(absltest.TestCase):
         staging = os.path.join(self.staging_root, os.listdir(self.staging_root)[0])
         for part in (URL, 'longer than max_outage_s = 4', staging):
             self.assertIn(part, errors[0])
-        self.assertRegex(errors[0], rf'the last step that reached it is {reached}\b|'
-                                    r'the last step that reached it is \d+')
+        self.assertRegex(errors[0], rf'the last step that reached the bucket is {reached}\b|'
+                                    r'the last step that reached the bucket is \d+')
         self.assertNotIn('Traceback', output)
         # Nothing deleted: the local copy holds the newest save.
         local = os.path.join(staging, 'run', 'metrics.jsonl')

@@ -1,31 +1,25 @@
 """The sweep launcher on damaged records and beside another launcher, through the real binary.
 
 A tiny successive-halving sweep (three configurations to 1024 steps, the best to 2048) runs to
-the end; then its `rungs.jsonl` is torn (rerun: repaired, exit 0), filled with bytes that are not
-text (exit 1 with one line and no traceback; `--repair_state` then rebuilds it), and a
-`search.db` that is no database is refused alike. A second launcher started beside a running
-one is refused within seconds, naming the first, which finishes undisturbed.
+the end, while a second launcher started beside it is refused within seconds, naming the first,
+which finishes undisturbed. Then its `rungs.jsonl` is torn (rerun: repaired, exit 0), filled
+with bytes that are not text (exit 1 with one line and no traceback; `--repair_state` then
+rebuilds it), and a `search.db` that is no database is refused alike.
 """
 
 import json
 import os
 import subprocess
-import sys
 import time
 
 from absl.testing import absltest
 
+from agents.runs import run_dir
+from pipelines.sweep import sweep_testing
 from reliability import harness
 
-SPEC = """\
-gin_files: [configs/pendulum.gin]
-bindings:
-  train.num_envs: 4
-  train.rollout_length: 256
-  train.eval_every_steps: 1024
-  train.eval_episodes: 1
-  PPO.num_minibatches: 4
-budget: {env_steps: 2048, timeout_s: 600}
+# Appended to the tiny spec.
+SCHEDULE = """\
 grid:
   PPO.learning_rate: [3.0e-4, 1.0e-3, 3.0e-3]
 scheduler: {type: successive_halving, min_steps: 1024, reduction_factor: 3}
@@ -37,14 +31,12 @@ class SweepDamageTest(absltest.TestCase):
     def setUp(self):
         super().setUp()
         self.cwd = self.create_tempdir().full_path
-        with open(os.path.join(self.cwd, 'spec.yaml'), 'w') as f:
-            f.write(SPEC)
+        sweep_testing.write_spec(self.cwd, SCHEDULE)
         self.out = os.path.join(self.cwd, 'out')
         self.rungs = os.path.join(self.out, 'rungs.jsonl')
 
     def command(self, *flags):
-        return [sys.executable, '-m', 'pipelines.sweep', '--spec=spec.yaml', '--output_dir=out',
-                *flags]
+        return sweep_testing.sweep_command('--spec=spec.yaml', '--output_dir=out', *flags)
 
     def env(self):
         return harness.environment(BUILD_WORKING_DIRECTORY=self.cwd)
@@ -67,9 +59,34 @@ class SweepDamageTest(absltest.TestCase):
             self.assertIn(part, errors[0])
         self.assertNotIn('Traceback', result.stderr)
 
-    def test_torn_and_damaged_records(self):
-        first = self.sweep()
-        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+    def test_a_second_launcher_then_torn_and_damaged_records(self):
+        log = os.path.join(self.cwd, 'first.log')
+        with open(log, 'w') as output:
+            first = subprocess.Popen(self.command(), stdout=output, stderr=subprocess.STDOUT,
+                                     cwd=self.cwd, env=self.env(), stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.addCleanup(lambda: first.poll() is not None or first.kill())
+        lock = os.path.join(self.out, run_dir.LOCK_FILE)
+
+        def held():
+            try:
+                with open(lock) as f:
+                    return json.loads(f.read() or '{}').get('pid') == first.pid
+            except (FileNotFoundError, ValueError):
+                return False
+
+        # A second launcher beside a running one is refused, naming it; the first finishes.
+        harness.wait_for(held, 300, 'the first launcher to hold output_dir')
+        began = time.monotonic()
+        second = self.sweep()
+        self.assertLess(time.monotonic() - began, 30)
+        self.assert_refused(second, f'output_dir {self.out} is in use by another sweep launcher',
+                            f'pid {first.pid}', 'choose another --output_dir')
+        with open(log) as f:
+            self.assertEqual(first.wait(900), 0, f.read()[-3000:])
+        with open(os.path.join(self.out, 'trials.jsonl')) as f:
+            records = [json.loads(line) for line in f]
+        self.assertEqual([record['status'] for record in records], ['ok'] * 3)
         (decision,) = self.decisions()
 
         # A launcher killed mid-write on a storage without atomic writes: a torn last line.
@@ -103,33 +120,6 @@ class SweepDamageTest(absltest.TestCase):
             f.write(b'SQLite format 2\x00' + os.urandom(200))
         study = self.sweep()
         self.assert_refused(study, os.path.join(self.out, 'search.db'), 'not an SQLite database')
-
-    def test_a_second_launcher_is_refused_and_the_first_finishes(self):
-        log = os.path.join(self.cwd, 'first.log')
-        with open(log, 'w') as output:
-            first = subprocess.Popen(self.command(), stdout=output, stderr=subprocess.STDOUT,
-                                     cwd=self.cwd, env=self.env(), stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
-        self.addCleanup(lambda: first.poll() is not None or first.kill())
-        lock = os.path.join(self.out, '.lock')
-
-        def held():
-            try:
-                with open(lock) as f:
-                    return json.loads(f.read() or '{}').get('pid') == first.pid
-            except (FileNotFoundError, ValueError):
-                return False
-
-        harness.wait_for(held, 300, 'the first launcher to hold output_dir')
-        began = time.monotonic()
-        second = self.sweep()
-        self.assertLess(time.monotonic() - began, 30)
-        self.assert_refused(second, f'output_dir {self.out} is in use by another sweep launcher',
-                            f'pid {first.pid}', 'choose another --output_dir')
-        self.assertEqual(first.wait(900), 0, open(log).read()[-3000:])
-        with open(os.path.join(self.out, 'trials.jsonl')) as f:
-            records = [json.loads(line) for line in f]
-        self.assertEqual([record['status'] for record in records], ['ok'] * 3)
 
 
 if __name__ == '__main__':

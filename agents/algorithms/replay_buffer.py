@@ -7,7 +7,11 @@ algorithm's checkpoint (a resumed run continues with the same transitions) but n
 non-finite update undoes.
 """
 
+import math
+
 import tensorflow as tf
+
+from agents.tools import memory
 
 # What a transition holds: (name, dtype or None for the observation's).
 FIELDS = ('observ', 'action', 'reward', 'next_observ', 'terminated')
@@ -18,7 +22,9 @@ class ReplayBuffer(tf.Module):
     `action_shape` (`action_dtype`)."""
 
     def __init__(self, capacity, observ_shape, action_shape, action_dtype=tf.float32,
-                 observ_dtype=tf.float32, name='replay_buffer'):
+                 observ_dtype=tf.float32, name='replay_buffer', available_bytes=None):
+        """Raises ValueError for a `capacity` that is no positive integer, or whose ring cannot
+        fit in `available_bytes` (default: this machine's memory), before allocating it."""
         super().__init__(name=name)
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f'capacity must be a positive integer, got {capacity!r}.')
@@ -26,6 +32,7 @@ class ReplayBuffer(tf.Module):
         shapes = {'observ': (observ_shape, observ_dtype), 'action': (action_shape, action_dtype),
                   'reward': ((), tf.float32), 'next_observ': (observ_shape, observ_dtype),
                   'terminated': ((), tf.bool)}
+        _check_fits(capacity, shapes, available_bytes)
         with self.name_scope:
             self.storage = {
                 field: tf.Variable(tf.zeros([capacity, *shape], dtype), trainable=False,
@@ -59,3 +66,14 @@ class ReplayBuffer(tf.Module):
         indices = tf.random.stateless_uniform(
             [batch_size], seed=seed, maxval=self.size, dtype=tf.int64)
         return {field: tf.gather(values, indices) for field, values in self.storage.items()}
+
+
+def _check_fits(capacity, shapes, available_bytes=None):
+    """Raises ValueError naming the ring's size when it exceeds `available_bytes`."""
+    available = memory.physical_bytes() if available_bytes is None else available_bytes
+    row = sum(math.prod(shape) * tf.as_dtype(dtype).size for shape, dtype in shapes.values())
+    if capacity * row > available:
+        raise ValueError(
+            f'a replay buffer of {capacity} transitions ({row} bytes each) needs '
+            f'{memory.describe(capacity * row)}, more than this machine\'s '
+            f'{memory.describe(available)}; use a smaller buffer_size')

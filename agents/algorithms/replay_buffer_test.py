@@ -55,6 +55,18 @@ class ReplayBufferTest(absltest.TestCase):
             with self.assertRaisesRegex(ValueError, 'capacity must be a positive integer'):
                 replay_buffer.ReplayBuffer(capacity, (2,), (1,))
 
+    def test_refuses_a_ring_that_cannot_fit_before_allocating_it(self):
+        # observ and next_observ 3 x 4 bytes each, action 2 x 4, reward 4, terminated 1: 37.
+        replay_buffer.ReplayBuffer(1000, (3,), (2,), available_bytes=37_000)
+        with self.assertRaises(ValueError) as raised:
+            replay_buffer.ReplayBuffer(10**12, (3,), (2,), available_bytes=8 * 2**30)
+        self.assertEqual(str(raised.exception),
+                         'a replay buffer of 1000000000000 transitions (37 bytes each) needs '
+                         "34458.9 GiB, more than this machine's 8.0 GiB; use a smaller "
+                         'buffer_size')
+        with self.assertRaisesRegex(ValueError, r'more than this machine\'s \d+\.\d GiB'):
+            replay_buffer.ReplayBuffer(10**12, (3,), (2,))  # This machine's memory.
+
 
 if __name__ == '__main__':
     absltest.main()

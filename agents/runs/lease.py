@@ -15,10 +15,13 @@ import socket
 import threading
 import time
 
+from absl import logging
+
 from agents.runs import run_config, run_dir
 from agents.storage import backends, failures, locations
 
 DEFAULT_TTL_S = 60.0
+RELEASE_TIMEOUT_S = 10.0  # How long a release waits for the bucket before leaving the lease.
 
 
 class LeaseHeld(failures.StorageError):
@@ -164,19 +167,37 @@ class Lease:
         self._generation = None
 
     def release(self):
-        """Stops renewing and deletes the lease (if it is still ours)."""
+        """Stops renewing and deletes the lease (if it is still ours), waiting at most about
+        RELEASE_TIMEOUT_S: with the bucket out of reach the lease is left to expire after its
+        ttl, with a warning."""
         from google.api_core import exceptions
+        from google.cloud.storage.retry import DEFAULT_RETRY
         self._stop.set()
+        deadline = time.monotonic() + RELEASE_TIMEOUT_S
         if self._thread is not None:
-            self._thread.join()
-        with self._lock:
+            self._thread.join(RELEASE_TIMEOUT_S)  # A renewal may be riding out an outage.
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._left_to_expire('a renewal is still waiting for the bucket')
+            return
+        try:
             if self._generation is None:
                 return
             try:
-                self._blob().delete(if_generation_match=self._generation)
+                self._blob().delete(if_generation_match=self._generation,
+                                    timeout=RELEASE_TIMEOUT_S,
+                                    retry=DEFAULT_RETRY.with_timeout(
+                                        max(1.0, deadline - time.monotonic())))
             except (exceptions.NotFound, exceptions.PreconditionFailed):
                 pass
+            except Exception as error:  # Each client library raises its own types.
+                self._left_to_expire(failures.first_line(error, limit=200))
             self._generation = None
+        finally:
+            self._lock.release()
+
+    def _left_to_expire(self, why):
+        logging.warning('Could not release the lease %s (%s); it expires by itself within %.0f '
+                        's.', locations.join(self.url, run_dir.LEASE_FILE), why, self._ttl_s)
 
 
 def _process_runs(pid):

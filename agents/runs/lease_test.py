@@ -200,6 +200,20 @@ class LeaseTest(absltest.TestCase):
             lease.check()
         self.assertIn('machine-b', self.holder()['host'])
 
+    def test_release_with_the_bucket_out_of_reach_leaves_the_lease_to_expire(self):
+        with gcs_testing.GcsEmulator(buckets=('runs',), faults=True) as emulator:
+            lease = lease_lib.Lease(URL, ttl_s=LIVE_TTL_S)
+            lease.acquire()
+            emulator.faults.refuse()
+            began = time.monotonic()
+            with self.assertLogs(level='WARNING') as logs:
+                lease.release()
+            self.assertLess(time.monotonic() - began, 2 * lease_lib.RELEASE_TIMEOUT_S + 5)
+            self.assertIn(f'Could not release the lease {URL}/.lease', logs.output[0])
+            self.assertIn(f'it expires by itself within {LIVE_TTL_S:.0f} s', logs.output[0])
+            emulator.faults.restore()
+            self.assertIn(LEASE, emulator.objects('runs'))  # Left in place, to expire.
+
     def test_acquire_after_release(self):
         lease = self.acquire(lease_lib.Lease(URL, ttl_s=TTL_S))
         lease.release()

@@ -9,22 +9,16 @@ bytes) and the update's copies of it (member-major, its training data, GAE's tem
 so a run refused here could never have fit.
 """
 
-import os
-
 from agents.runs import run_config
+from agents.tools import memory
 
 BYTES_PER_ENV_STEP = 128
-
-
-def machine_bytes():
-    """This machine's physical memory in bytes."""
-    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 
 def check_fits(population, num_envs, rollout_length, available=None):
     """Raises ConfigError naming the estimate when the run's iteration alone cannot fit in
     `available` bytes (default: this machine's memory)."""
-    available = machine_bytes() if available is None else available
+    available = memory.physical_bytes() if available is None else available
     needed = population * num_envs * rollout_length * BYTES_PER_ENV_STEP
     if needed <= available:
         return
@@ -32,7 +26,7 @@ def check_fits(population, num_envs, rollout_length, available=None):
     if population > 1:
         sizes = f'train.population = {population} x {sizes}'
     raise run_config.ConfigError(
-        f'{sizes} needs at least {needed / 2**30:.1f} GiB ({BYTES_PER_ENV_STEP} bytes per '
+        f'{sizes} needs at least {memory.describe(needed)} ({BYTES_PER_ENV_STEP} bytes per '
         f'environment step of an iteration, for the rollout and its copies in the update), more '
-        f'than this machine\'s {available / 2**30:.1f} GiB; use fewer members, environments or '
+        f'than this machine\'s {memory.describe(available)}; use fewer members, environments or '
         'steps per iteration')

@@ -12,7 +12,6 @@ class MemoryBoundTest(absltest.TestCase):
     def test_what_fits_passes(self):
         memory_bound.check_fits(8, 16, 128, available=GIB)
         memory_bound.check_fits(1, 1, 1)  # This machine's memory.
-        self.assertGreater(memory_bound.machine_bytes(), 2**28)
 
     def test_a_population_that_cannot_fit_is_refused_with_the_estimate(self):
         with self.assertRaises(run_config.ConfigError) as raised:

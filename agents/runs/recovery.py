@@ -27,7 +27,6 @@ visualize, export) pick the checkpoint with it, leaving a broken one where it is
 import dataclasses
 import glob
 import os
-import re
 import shutil
 
 import tensorflow as tf
@@ -35,8 +34,6 @@ from absl import logging
 
 from agents.runs import metrics, run_dir
 from agents.storage import failures
-
-_INDEX = re.compile(rf'{run_dir.CHECKPOINT_PREFIX}-(\d+)\.index')
 
 
 class RecoveryError(Exception):
@@ -140,8 +137,8 @@ def _candidates(checkpoint_dir):
         for index, path in enumerate(state.all_model_checkpoint_paths):
             path = os.path.join(checkpoint_dir, os.path.basename(path))
             listed[path] = timestamps[index] if index < len(timestamps) else None
-    found = {checkpoint_path(checkpoint_dir, match.group(1))
-             for match in map(_INDEX.fullmatch, os.listdir(checkpoint_dir)) if match}
+    steps = map(run_dir.checkpoint_index_step, os.listdir(checkpoint_dir))
+    found = {checkpoint_path(checkpoint_dir, step) for step in steps if step is not None}
     return sorted(set(listed) | found, key=checkpoint_step), listed, state
 
 

@@ -50,8 +50,6 @@ _REFERRING = (f'{run_dir.CHECKPOINT_DIR}/checkpoint', 'saved_model.pb', 'fingerp
 
 # A population's logdir holds a run per member: each ranks as a run of its own.
 _MEMBER = re.compile('^' + run_dir.MEMBER_DIR.format(r'\d+') + '/')
-_CHECKPOINT_INDEX = re.compile(
-    rf'(^|/){run_dir.CHECKPOINT_DIR}/{run_dir.CHECKPOINT_PREFIX}-(\d+)\.index$')
 
 
 def _upload_order(relative):
@@ -77,7 +75,10 @@ def _written_once(relative):
 
 def newest_checkpoint_step(relatives):
     """The step of the newest checkpoint among relative paths (of any member), or None."""
-    steps = [int(match.group(2)) for match in map(_CHECKPOINT_INDEX.search, relatives) if match]
+    steps = [run_dir.checkpoint_index_step(name) for folder, name in
+             (relative.rpartition('/')[::2] for relative in relatives)
+             if folder.rpartition('/')[2] == run_dir.CHECKPOINT_DIR]
+    steps = [step for step in steps if step is not None]
     return max(steps) if steps else None
 
 
@@ -133,6 +134,10 @@ class StagingSettings:
     """
     max_outage_s: float = 1800.0
     max_pending_saves: int = 20
+
+
+# The binding that sets how long a bucket run rides out an outage (a sweep passes its own).
+MAX_OUTAGE_BINDING = 'staging.max_outage_s'
 
 
 @gin.configurable('staging')
@@ -312,23 +317,21 @@ class StagedLogdir:
 
     def _upload(self, save):
         """Uploads what the bucket lacks of `save`, then deletes what it no longer has (in the
-        background thread)."""
-        with failures.storage_errors(self.url, keep=(lease_lib.LeaseHeld,)):
-            if self._lease is not None:
-                self._lease.check()
-            changed = [relative for relative, stat in save.files.items()
-                       if self._uploaded.get(relative) != stat]
-            for relative in sorted(changed, key=_upload_order):
-                file_io.upload(os.path.join(save.directory, *relative.split('/')),
-                               locations.join(self.url, relative))
-                self._uploaded[relative] = save.files[relative]
-            # Referring files go first, so that a cut leaves what recovery removes (data without
-            # its index, variables without their program), never a reference to nothing.
-            removed = sorted(set(self._uploaded) - set(save.files), key=_upload_order,
-                             reverse=True)
-            file_io.delete([locations.join(self.url, relative) for relative in removed])
-            for relative in removed:
-                del self._uploaded[relative]
+        background thread, whose queue tells the client library's errors)."""
+        if self._lease is not None:
+            self._lease.check()
+        changed = [relative for relative, stat in save.files.items()
+                   if self._uploaded.get(relative) != stat]
+        for relative in sorted(changed, key=_upload_order):
+            file_io.upload(os.path.join(save.directory, *relative.split('/')),
+                           locations.join(self.url, relative))
+            self._uploaded[relative] = save.files[relative]
+        # Referring files go first, so that a cut leaves what recovery removes (data without its
+        # index, variables without their program), never a reference to nothing.
+        removed = sorted(set(self._uploaded) - set(save.files), key=_upload_order, reverse=True)
+        file_io.delete([locations.join(self.url, relative) for relative in removed])
+        for relative in removed:
+            del self._uploaded[relative]
         self._write_uploaded()
 
     def status(self):

@@ -77,3 +77,12 @@ def exported_steps(policy_dir):
         return []
     return sorted(int(name) for name in os.listdir(policy_dir)
                   if re.fullmatch(r'\d+', name) and os.path.isdir(os.path.join(policy_dir, name)))
+
+
+_CHECKPOINT_INDEX = re.compile(rf'{CHECKPOINT_PREFIX}-(\d+)\.index')
+
+
+def checkpoint_index_step(name):
+    """The step of a checkpoint's index file named `name` (`ckpt-<step>.index`), else None."""
+    match = _CHECKPOINT_INDEX.fullmatch(name)
+    return int(match.group(1)) if match else None

@@ -25,6 +25,12 @@ class LayoutTest(absltest.TestCase):
         open(os.path.join(policy_dir, '40'), 'w').close()  # A file, not an export.
         self.assertEqual(run_dir.exported_steps(policy_dir), [10, 30, 200])
 
+    def test_checkpoint_index_step(self):
+        self.assertEqual(run_dir.checkpoint_index_step('ckpt-2048.index'), 2048)
+        for name in ('ckpt-2048.data-00000-of-00001', 'ckpt-x.index', 'ckpt-1.index.tmp',
+                     'checkpoint', 'other-3.index'):
+            self.assertIsNone(run_dir.checkpoint_index_step(name), name)
+
 
 if __name__ == '__main__':
     absltest.main()

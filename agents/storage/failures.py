@@ -14,6 +14,24 @@ class StorageError(Exception):
     """A path that cannot be used (unknown scheme, no access, missing library), in one sentence."""
 
 
+class OutageError(StorageError):
+    """Storage that stayed out of reach longer than the outage limit (max_outage_s): a failure
+    of the moment, where other StorageErrors are mistakes of the user's to correct."""
+
+
+def outage_in(error):
+    """The sentence of the OutageError that `error` is, was raised from, or (a pipeline's
+    failure in another process, which carries only its text) names; else None."""
+    for link in _chain(error):
+        if isinstance(link, OutageError):
+            return str(link)
+    marker = f'{OutageError.__name__}: '
+    for line in str(error).splitlines():
+        if marker in line:
+            return line.split(marker, 1)[1].split(' [while running', 1)[0].strip()
+    return None
+
+
 def describe_error(path, error):
     """One sentence for a failed access to URL `path`: what is wrong and what to do."""
     error = _beam_cause(error)
@@ -30,6 +48,9 @@ def describe_error(path, error):
     if 403 in codes or 'Forbidden' in names:
         return (f'permission denied on {path}: the credentials in use may not read and write '
                 f'bucket {bucket} ({summary})')
+    if _lost_upload_session(chain):
+        return (f'cannot access {path}: the storage forgot an interrupted upload ({summary}); '
+                'it starts again')
     if 404 in codes or 'NotFound' in names or 'bucket does not exist' in joined.lower():
         return f'bucket {bucket} of {path} does not exist ({summary})'
     return f'cannot access {path}: {summary}'
@@ -51,6 +72,8 @@ def is_transient(error):
     if isinstance(error, _PERMANENT_TYPES):
         return False
     chain = _chain(_beam_cause(error))
+    if _lost_upload_session(chain):
+        return True
     return not (_statuses(chain) & _PERMANENT_STATUSES
                 or {type(e).__name__ for e in chain} & _PERMANENT_NAMES)
 
@@ -69,6 +92,17 @@ def _statuses(chain):
     """The HTTP statuses the errors of `chain` carry."""
     return {getattr(e, 'code', None) for e in chain} | {
         getattr(getattr(e, 'response', None), 'status_code', None) for e in chain}
+
+
+def _lost_upload_session(chain):
+    """Whether `chain` holds a 404 answer to a resumable upload's session URL: the session
+    (not the bucket) is gone, as after a connection cut mid-upload, and a new upload passes."""
+    for error in chain:
+        response = getattr(error, 'response', None)
+        if getattr(response, 'status_code', None) == 404 and 'upload_id=' in str(
+                getattr(response, 'url', '')):
+            return True
+    return False
 
 
 def backoff_delays(initial_s, maximum_s):

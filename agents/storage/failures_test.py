@@ -83,6 +83,37 @@ class TransientTest(absltest.TestCase):
                       wrapped, failures.StorageError('no filesystem'), FileNotFoundError('x')):
             self.assertFalse(failures.is_transient(error), error)
 
+    def test_a_lost_upload_session_is_transient_a_missing_bucket_is_not(self):
+        import requests
+        from google.resumable_media import common
+
+        def answer(url):
+            response = requests.Response()
+            response.status_code, response.url = 404, url
+            return common.InvalidResponse(response, 'Request failed with status code', 404)
+
+        lost = answer('http://127.0.0.1:4443/upload/storage/v1/b/runs/o?uploadType=resumable'
+                      '&name=run%2Fckpt-1.index&upload_id=5f1c')
+        self.assertTrue(failures.is_transient(lost))
+        self.assertIn('the storage forgot an interrupted upload',
+                      failures.describe_error('gs://runs/run/ckpt-1.index', lost))
+        missing = answer('http://127.0.0.1:4443/upload/storage/v1/b/runs/o?uploadType=resumable')
+        self.assertFalse(failures.is_transient(missing))
+        self.assertIn('bucket runs of gs://runs/run does not exist',
+                      failures.describe_error('gs://runs/run', missing))
+
+    def test_an_outage_is_found_in_its_error_or_in_a_pipelines_text_of_it(self):
+        outage = failures.OutageError('gs://b/x: storage not answering for 4 s, longer than '
+                                      'max_outage_s = 4')
+        self.assertEqual(failures.outage_in(outage), str(outage))
+        wrapped = RuntimeError('pipeline failed')
+        wrapped.__cause__ = outage
+        self.assertEqual(failures.outage_in(wrapped), str(outage))
+        text = RuntimeError("Pipeline failed:\nTraceback ...\nagents.storage.failures.OutageError: "
+                            f"{outage} [while running 'ReadRuns']\n")
+        self.assertEqual(failures.outage_in(text), str(outage))
+        self.assertIsNone(failures.outage_in(failures.StorageError('permission denied')))
+
     def test_backoff_doubles_to_its_maximum_with_jitter(self):
         delays = failures.backoff_delays(1.0, 8.0)
         for ceiling in (1, 2, 4, 8, 8, 8):

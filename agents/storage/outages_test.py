@@ -87,6 +87,25 @@ class OutagesTest(absltest.TestCase):
                 self.ride_out(call, Clock())
             self.assertLen(calls, 1, error)
 
+    def test_a_call_that_does_not_return_counts_as_an_outage(self):
+        """A client library retrying a refused connection inside one call for its own deadline
+        does not stretch the limit."""
+        import threading
+        import time
+        outages.set_limit(0.5)
+        answer = threading.Event()
+        self.addCleanup(answer.set)
+        began = time.monotonic()
+        with self.assertRaises(failures.StorageError) as raised:
+            outages.ride_out(URL, answer.wait)
+        self.assertBetween(time.monotonic() - began, 0.5, 2.0)
+        self.assertRegex(str(raised.exception), rf'^{URL}: storage not answering for \d+ s, '
+                                                r'longer than max_outage_s = 0.5$')
+        outages.set_limit(5)
+        answer.clear()
+        threading.Timer(0.3, answer.set).start()
+        self.assertTrue(outages.ride_out(URL, answer.wait))  # Slow, but within the limit.
+
     def test_a_bad_limit_is_refused(self):
         for value in (-1, 'long', True):
             with self.assertRaisesRegex(ValueError, 'max_outage_s must be a non-negative'):
@@ -114,6 +133,31 @@ class RealOutageTest(absltest.TestCase):
             emulator.faults.refuse()
             threading.Timer(3.0, emulator.faults.restore).start()
             self.assertEqual(file_io.read_text(path), '{"rung": 0}\n')
+
+    def test_a_silent_bucket_is_ridden_out_and_past_the_limit_told_in_one_sentence(self):
+        """Connections accepted and never answered: the client library would wait for its
+        own timeouts; the limit holds regardless."""
+        import threading
+        import time
+
+        from agents.storage import file_io, gcs_testing
+        self.addCleanup(outages.set_limit, 0)
+        with gcs_testing.GcsEmulator(buckets=('sweeps',), faults=True) as emulator:
+            path = 'gs://sweeps/out/trials.jsonl'
+            outages.set_limit(60)
+            emulator.faults.stall()
+            threading.Timer(3.0, emulator.faults.restore).start()  # Cuts the silent calls.
+            file_io.write_text(path, '{"trial": 1}\n')
+            self.assertEqual(emulator.objects('sweeps'), {'out/trials.jsonl': b'{"trial": 1}\n'})
+            outages.set_limit(2)
+            emulator.faults.stall()
+            began = time.monotonic()
+            with self.assertRaises(failures.OutageError) as raised:
+                file_io.write_text(path, '{"trial": 2}\n')
+            self.assertLess(time.monotonic() - began, 10)
+            self.assertRegex(str(raised.exception), rf'^{path}: storage not answering for \d+ s, '
+                                                    r'longer than max_outage_s = 2$')
+            emulator.faults.restore()
 
 
 if __name__ == '__main__':

@@ -26,9 +26,10 @@ class UploadQueue:
     it succeeds or the outage lasts `max_outage_s`.
 
     A save is any object with `step` (for messages) and `discard()` (called when a newer save
-    replaces it unuploaded, or when the queue closes with it waiting). `upload` raises
-    StorageError (or any Exception) on failure; one of the types in `fatal` (a lost lease) gives
-    up at once. `describe_pending()` names where saves not yet uploaded are kept, for messages.
+    replaces it unuploaded, or when the queue closes with it waiting). `upload` raises its
+    storage client's errors: transient ones (failures.is_transient) are retried, others (no
+    credentials, permission denied, no bucket) and the types in `fatal` (a lost lease) give up at
+    once. `describe_pending()` names where saves not yet uploaded are kept, for messages.
     """
 
     def __init__(self, url, upload, describe_pending, max_outage_s, max_pending, fatal=(),
@@ -108,16 +109,19 @@ class UploadQueue:
         began = self.outage_since if self.outage_since is not None else self._stuck_since()
         if began is None or self._clock() - began <= self.max_outage_s:
             return
-        newest = self._waiting or self._in_flight
-        reached = (f'the last step that reached it is {self.uploaded_step}'
-                   if self.uploaded_step is not None else 'no save reached it')
         cause = self.last_failure or 'no answer'
-        self.error = failures.StorageError(
+        self.error = failures.OutageError(self._what_is_where(
             f'{self.url} unreachable for {self._clock() - began:.0f} s, longer than '
-            f'max_outage_s = {self.max_outage_s:g} ({cause}); {reached}; saves up to step '
-            f'{newest.step} are in {self._describe_pending()}, and a rerun on this machine '
-            'uploads them and resumes')
+            f'max_outage_s = {self.max_outage_s:g} ({cause})', self._waiting or self._in_flight))
         self._condition.notify_all()
+
+    def _what_is_where(self, failure, newest):
+        """`failure`, then what reached the bucket and where the saves up to `newest` are."""
+        reached = (f'the last step that reached the bucket is {self.uploaded_step}'
+                   if self.uploaded_step is not None else 'no save reached the bucket')
+        return (f'{failure}; {reached}; saves up to step {newest.step} are in '
+                f'{self._describe_pending()}, and a rerun on this machine uploads them and '
+                'resumes')
 
     def idle(self):
         """Whether every submitted save reached the bucket."""
@@ -203,9 +207,12 @@ class UploadQueue:
             try:
                 self._upload(save)
             except self._fatal as error:
-                self._give_up(save, failures.StorageError(str(error)))
+                self._give_up(save, str(error))
                 return
             except Exception as error:  # Storage clients raise their own types.
+                if not failures.is_transient(error):  # No credentials, no access, no bucket.
+                    self._give_up(save, failures.describe_error(self.url, error))
+                    return
                 if self._failed(save, error):
                     return
                 delays = delays or failures.backoff_delays(self._initial_backoff_s,
@@ -219,8 +226,7 @@ class UploadQueue:
     def _failed(self, save, error):
         """Records a failed upload of `save`, which goes back in line unless a newer save came;
         returns whether the queue gave up."""
-        sentence = (str(error) if isinstance(error, failures.StorageError)
-                    else failures.describe_error(self.url, error))
+        sentence = failures.describe_error(self.url, error)
         with self._condition:
             now = self._clock()
             if self.outage_since is None:
@@ -241,9 +247,10 @@ class UploadQueue:
             self._condition.notify_all()
             return self.error is not None
 
-    def _give_up(self, save, error):
+    def _give_up(self, save, failure):
+        """Stops for `failure` (a sentence), which waiting cannot mend."""
         with self._condition:
-            self.error = error
+            self.error = failures.StorageError(self._what_is_where(failure, save))
             self._in_flight = None
             if self._waiting is None:
                 self._waiting = save

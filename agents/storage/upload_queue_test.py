@@ -106,7 +106,8 @@ class UploadQueueTest(absltest.TestCase):
         wait_until(lambda: queue.error is not None)
         message = str(queue.error)
         self.assertIsInstance(queue.error, failures.StorageError)
-        for part in (URL, 'longer than max_outage_s = 0.3', 'the last step that reached it is 10',
+        for part in (URL, 'longer than max_outage_s = 0.3',
+                     'the last step that reached the bucket is 10',
                      'saves up to step 20 are in /staging/run', 'Connection refused'):
             self.assertIn(part, message)
         self.assertNotIn('\n', message)
@@ -132,6 +133,26 @@ class UploadQueueTest(absltest.TestCase):
         wait_until(lambda: queue.error is not None, timeout=2.0)
         self.assertIn('lost the lease', str(queue.error))
         self.assertFalse(queue.drain(0.1))
+
+    def test_a_failure_that_waiting_cannot_mend_gives_up_at_once(self):
+        from google.api_core import exceptions
+        attempts = []
+
+        def upload(save):
+            attempts.append(save.step)
+            raise exceptions.Forbidden('caller does not have storage.objects.create access')
+
+        queue = upload_queue.UploadQueue(URL, upload, lambda: '/staging/run', 60.0, 10)
+        self.addCleanup(queue.close)
+        queue.submit(Save(1))
+        wait_until(lambda: queue.error is not None, timeout=2.0)
+        message = str(queue.error)
+        self.assertStartsWith(message, f'permission denied on {URL}: ')
+        self.assertIn('no save reached the bucket; saves up to step 1 are in /staging/run',
+                      message)
+        self.assertEqual(attempts, [1])  # Not retried.
+        with self.assertRaises(failures.StorageError):
+            queue.submit(Save(2))
 
     def test_training_waits_only_past_max_pending(self):
         bucket = Bucket()
@@ -189,8 +210,8 @@ class UploadQueueTest(absltest.TestCase):
         self.assertEqual(queue.status(), 'storage not answering for 11 s, 1 save pending, '
                                          'waiting')
         now[0] += 60  # Past max_outage_s, the call still not returned: the queue gives up.
-        self.assertIn('longer than max_outage_s = 60 (no answer); no save reached it; saves up '
-                      'to step 1 are in /staging/run', queue.status())
+        self.assertIn('longer than max_outage_s = 60 (no answer); no save reached the bucket; '
+                      'saves up to step 1 are in /staging/run', queue.status())
         with self.assertRaises(failures.StorageError):
             queue.submit(Save(2))
         bucket.stalled.set()

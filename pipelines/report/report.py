@@ -42,6 +42,7 @@ Exit codes:
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import logging as std_logging
 import mimetypes
@@ -68,6 +69,7 @@ from agents.storage import backends, failures, file_io, locations, outages
 from pipelines.report import plots, report_data, report_html, run_reader
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1
 # A report on object storage while the pipeline writes it: <output_dir>/.staging-<id>/.
 STAGING_PREFIX = '.staging-'
 
@@ -132,6 +134,18 @@ def local_directory(directory):
         yield copy
 
 
+def _stage(function):
+    """A stage of the pipeline, `function(element, ..., settings)`: in whichever worker process
+    runs it, storage calls ride out an outage as long as the report's own do."""
+
+    @functools.wraps(function)
+    def stage(*args):
+        outages.set_limit(args[-1].max_outage_s)
+        return function(*args)
+    return stage
+
+
+@_stage
 def read_run(item, settings):
     """Stage 1, per run: reads it and draws its curve."""
     logdir, trial = item
@@ -142,11 +156,14 @@ def read_run(item, settings):
                 plots.run_curve((run.eval_steps, run.eval_returns),
                                 (run.train_steps, run.train_returns), path,
                                 f'{run.run_id} (seed {run.seed})')
+        except failures.OutageError:
+            raise
         except Exception as error:  # A plot must not cost the run its place in the report.
             run.problems.append(f'cannot plot its curve: {type(error).__name__}: {error}')
     return run
 
 
+@_stage
 def summarize(item, settings):
     """Stage 2, per configuration: statistics and the curves plot."""
     key, runs = item
@@ -160,6 +177,7 @@ def summarize(item, settings):
     return config
 
 
+@_stage
 def render_video(config, settings):
     """Stage 3, per configuration: the video of the best run that has a usable policy.
 
@@ -175,6 +193,8 @@ def render_video(config, settings):
             with local_directory(policy_dir) as local_policy, \
                     output_file(settings.output_dir, path) as video:
                 info = _render_with_retry(local_policy, video, settings)
+        except failures.OutageError:
+            raise
         except Exception as error:  # One bad policy must not stop the report; it is listed.
             logging.warning('No video of %s: %s', run_id, error)
             # A message naming the policy's local copy names the policy.
@@ -213,6 +233,7 @@ def _render_with_retry(policy_dir, path, settings, attempts=2):
                             type(error).__name__, failures.first_line(error))
 
 
+@_stage
 def write_report(unused_element, runs, configurations, discovery, settings):
     """Stage 4, once: the summary plots, the pages and report.json."""
     report = report_data.build_report(list(runs) + discovery.missing, list(configurations),
@@ -329,10 +350,12 @@ def check_runner(options, settings):
 @contextlib.contextmanager
 def storage_errors(url):
     """A failure to use URL `url` (library missing, no credentials, unknown bucket, permission
-    denied) as a UsageError in one sentence."""
+    denied) as a UsageError in one sentence; an outage longer than --max_outage_s passes."""
     try:
         with failures.storage_errors(url, keep=(UsageError,)):
             yield
+    except failures.OutageError:
+        raise
     except failures.StorageError as error:
         raise UsageError(str(error)) from error
 
@@ -414,7 +437,7 @@ def settings_from_flags():
         bootstrap_reps=FLAGS.bootstrap_reps, curve_bootstrap_reps=FLAGS.curve_bootstrap_reps,
         max_curve_points=FLAGS.max_curve_points, videos=FLAGS.videos,
         video_max_steps=FLAGS.video_max_steps, video_size=FLAGS.video_size,
-        ignore_bindings=tuple(FLAGS.ignore_bindings))
+        ignore_bindings=tuple(FLAGS.ignore_bindings), max_outage_s=FLAGS.max_outage_s)
 
 
 def make_report(settings, options=None):
@@ -515,9 +538,19 @@ def main(argv):
     except UsageError as error:
         print(f'report: error: {error}', file=sys.stderr)
         return EXIT_USAGE
+    except failures.OutageError as error:
+        print(f'report: error: {error}', file=sys.stderr)
+        return EXIT_FAILED
     # Beam's own progress lines (also those the workers send here) only at warnings.
     std_logging.getLogger('apache_beam').setLevel(std_logging.WARNING)
-    report = make_report(settings, options)
+    try:
+        report = make_report(settings, options)
+    except Exception as error:  # pylint: disable=broad-except
+        outage = failures.outage_in(error)  # Raised here, or in a worker (Beam's text of it).
+        if outage is None:
+            raise
+        print(f'report: error: {outage}', file=sys.stderr)
+        return EXIT_FAILED
     print(f'Report of {report["num_runs"]} runs in {len(report["configurations"])} '
           f'configurations ({report["num_skipped"]} skipped, {len(report["problems"])} '
           f'problems): {locations.join(settings.output_dir, report_html.INDEX_FILE)}')

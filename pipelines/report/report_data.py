@@ -53,6 +53,7 @@ class Settings:
     video_max_steps: int = 200
     video_size: int = 256
     ignore_bindings: tuple = (run_dir.SEED_BINDING,)
+    max_outage_s: float = 0.0  # How long the stages' storage calls ride out an outage.
 
 
 def generator(seed, key, purpose):

@@ -474,6 +474,8 @@ def read_run(logdir, root, trial=None, ignore_bindings=(run_dir.SEED_BINDING,)):
                                          os.path.join(copy, name))
                 _read_into(run, copy, trial, ignore_bindings)
             run.policy_dir = latest_policy(run.logdir, files)
+        except failures.OutageError:
+            raise  # Storage out of reach past --max_outage_s: the report stops.
         except Exception as error:  # Each storage library raises its own types.
             run.error = failures.describe_error(run.logdir, error)
         return run

@@ -61,9 +61,10 @@ flags.DEFINE_integer('pipeline_attempts', 3, 'Runs of the pipeline while it fail
                      'reruns only the unfinished trials, from their last checkpoints.',
                      lower_bound=1)
 
-flags.DEFINE_float('max_outage_s', 1800.0, 'How long the launcher and its workers retry the '
-                   'storage of output_dir while it is out of reach before the sweep stops (the '
-                   'trainers ride out outages on their own: staging.max_outage_s).',
+flags.DEFINE_float('max_outage_s', 1800.0, 'How long the launcher, its workers and the '
+                   'trainers retry the storage of output_dir while it is out of reach before '
+                   'the sweep stops (a spec binding staging.max_outage_s sets the trainers\' '
+                   'own).',
                    lower_bound=0.0)
 flags.DEFINE_bool('repair_state', False, 'Move a damaged trials.jsonl, rungs.jsonl or search.db '
                   'of the output_dir aside (kept as <name>.damaged-<time>) and rebuild it from '
@@ -139,12 +140,19 @@ def _check_same_course(stored, spec, output_dir):
 
 class RunTrial(beam.DoFn):
     """Trains one trial, or one population of trials, per element and logs the sweep's
-    progress as trials finish."""
+    progress as trials finish.
+
+    A worker whose storage stayed out of reach past --max_outage_s (or became unusable) says so
+    in one line and takes no more trials, each of which would wait as long again. The launcher,
+    reading the results, then stops with the storage's error; or, with the storage back by
+    then, counts the trials left unfinished as failed, which a rerun retries.
+    """
 
     def __init__(self, settings, trial_ids, started_at):
         self._settings = settings
         self._trial_ids = list(trial_ids)
         self._started_at = started_at
+        self._storage_failure = None
 
     def setup(self):
         # Workers started without Beam's logging set-up (as by a worker pool) would drop the
@@ -159,16 +167,25 @@ class RunTrial(beam.DoFn):
 
     def process(self, work):
         unit, stop_at_step = work
+        if self._storage_failure is not None:
+            return
         to_step = f' (to step {stop_at_step})' if stop_at_step else ''
-        if isinstance(unit, trial_lib.Population):
-            logging.info('Population %s of %d trials starting%s: %s', unit.id, len(unit.trials),
-                         to_step, ', '.join(f'{trial.id} {json.dumps(trial.bindings)}'
-                                            for trial in unit.trials))
-            records = trial_lib.run_population(unit, self._settings, stop_at_step)
-        else:
-            logging.info('Trial %s starting%s: seed %d, %s', unit.id, to_step, unit.seed,
-                         json.dumps(unit.bindings))
-            records = [trial_lib.run(unit, self._settings, stop_at_step)]
+        try:
+            if isinstance(unit, trial_lib.Population):
+                logging.info('Population %s of %d trials starting%s: %s', unit.id,
+                             len(unit.trials), to_step, ', '.join(
+                                 f'{trial.id} {json.dumps(trial.bindings)}'
+                                 for trial in unit.trials))
+                records = trial_lib.run_population(unit, self._settings, stop_at_step)
+            else:
+                logging.info('Trial %s starting%s: seed %d, %s', unit.id, to_step, unit.seed,
+                             json.dumps(unit.bindings))
+                records = [trial_lib.run(unit, self._settings, stop_at_step)]
+        except failures.StorageError as error:
+            self._storage_failure = error
+            logging.error('%s left unfinished: %s; this worker takes no more trials.', unit.id,
+                          error)
+            return
         for record in records:
             logging.info('Trial %s %s%s', record['id'], record['status'], _outcome(record))
         logging.info('Sweep progress: %s', progress(

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 from unittest import mock
 
@@ -22,34 +21,10 @@ from agents.storage import gcs_testing
 from pipelines.portable_testing import PortableCluster
 from pipelines.process_testing import lock_is_free, process_gone, wait_for
 from pipelines.sweep import sweep, sweep_spec, trial
+from pipelines.sweep.sweep_testing import TINY_SPEC as TINY
+from pipelines.sweep.sweep_testing import environment, sweep_command, write_spec
 
 ROOT = run_config.PACKAGE_ROOT
-# Two evaluations of one episode in about 10 s of training per trial.
-TINY = """\
-gin_files: [configs/pendulum.gin]
-bindings:
-  train.num_envs: 4
-  train.rollout_length: 256
-  train.eval_every_steps: 1024
-  train.eval_episodes: 1
-  PPO.num_minibatches: 4
-budget: {env_steps: 2048, timeout_s: 600}
-"""
-
-
-def write_spec(directory, text, name='spec.yaml'):
-    path = os.path.join(directory, name)
-    with open(path, 'w') as f:
-        f.write(TINY + textwrap.dedent(text))
-    return path
-
-
-def sweep_command(*args):
-    return [sys.executable, '-m', 'pipelines.sweep', *args]
-
-
-def environment(cwd):
-    return dict(os.environ, PYTHONPATH=ROOT, BUILD_WORKING_DIRECTORY=cwd)
 
 
 def run_sweep(cwd, *args, timeout=600):
@@ -373,49 +348,6 @@ class ObjectStorageTest(absltest.TestCase):
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn('sweep: error: --runner=DataflowRunner needs an --output_dir its workers '
                       'can reach, such as gs://BUCKET/sweep', result.stderr)
-
-
-class BucketSearchTest(absltest.TestCase):
-    """TPE proposals pruned by successive halving with the sweep in a bucket (a GCS API server on
-    loopback): the study file, the rung decisions and the trials' checkpoints live there."""
-
-    def test_search_and_halving_in_a_bucket(self):
-        cwd = self.create_tempdir().full_path
-        write_spec(cwd, """
-            search:
-              sampler: tpe
-              num_trials: 2
-              parallel: 2
-              parameters:
-                PPO.learning_rate: {log_uniform: [1.0e-4, 3.0e-3]}
-            scheduler: {type: successive_halving, min_steps: 1024, reduction_factor: 2}
-            """)
-        with gcs_testing.GcsEmulator(buckets=('sweeps',),
-                                     log_dir=self.create_tempdir().full_path) as emulator:
-            env = emulator.environment(environment(cwd))
-            result = subprocess.run(
-                sweep_command('--spec=spec.yaml', '--output_dir=gs://sweeps/sweep'), env=env,
-                cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
-            self.assertEqual(result.returncode, 0, result.stderr[-4000:])
-            objects = emulator.objects('sweeps', 'sweep/')
-            # A rerun proposes nothing new and trains nothing.
-            again = subprocess.run(
-                sweep_command('--spec=spec.yaml', '--output_dir=gs://sweeps/sweep'), env=env,
-                cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
-            self.assertEqual(again.returncode, 0, again.stderr[-4000:])
-            self.assertNotIn('Search batch', again.stderr)
-            self.assertNotIn('Stage:', again.stderr)
-        self.assertEqual(objects['sweep/search.db'][:16], b'SQLite format 3\x00')
-        records = [json.loads(line) for line in objects['sweep/trials.jsonl'].splitlines()]
-        self.assertCountEqual([(r['stop_reason'], r['env_steps']) for r in records],
-                              [('completed', 2048), ('pruned', 1024)])
-        (decision,) = [json.loads(line) for line in objects['sweep/rungs.jsonl'].splitlines()]
-        winner = next(r for r in records if r['stop_reason'] == 'completed')
-        self.assertEqual(decision['promoted'], [winner['config_id']])
-        log = objects[f'sweep/trials/{winner["id"]}/train.log'].decode()
-        self.assertRegex(log, r'Resumed from \S+ckpt-1024 at step 1024')
-        self.assertIn(f'sweep/trials/{winner["id"]}/checkpoints/ckpt-2048.index', objects)
-        self.assertEqual(os.listdir(cwd), ['spec.yaml'])
 
 
 class PortableRunnerTest(absltest.TestCase):

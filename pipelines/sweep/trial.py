@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 
-from agents.runs import metrics, run_config, run_dir
+from agents.runs import metrics, remote_logdir, run_config, run_dir
 from agents.storage import file_io, locations, outages
 
 TRAINER_MODULE = 'agents.scripts.train'
@@ -58,7 +58,9 @@ class Settings:
     caller_directory: str | None = None  # Relative gin files are resolved against it.
     threads: int | None = None  # TensorFlow intra-op threads per trial; None lets TF choose.
     trainer_module: str = TRAINER_MODULE
-    max_outage_s: float = 0.0  # How long this worker's writes to output_dir ride out an outage.
+    # How long this worker's writes to output_dir, and its trainers' uploads (unless the spec
+    # binds staging.max_outage_s), ride out an outage; 0: the client library's own retries.
+    max_outage_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,9 +264,13 @@ def population_command(population, settings, logdir, budget=None):
 
 def _command(settings, gin_bindings, logdir, budget, flags=()):
     stop = [f'--stop_at_step={budget}'] if budget and budget < settings.env_steps else []
+    # A trainer writing to a bucket rides out an outage as long as the sweep does, unless the
+    # spec's own binding (later, so it wins) says otherwise.
+    outage = ([f'{remote_logdir.MAX_OUTAGE_BINDING} = {settings.max_outage_s:g}']
+              if locations.is_remote(logdir) and settings.max_outage_s else [])
     return ([sys.executable, '-m', settings.trainer_module] +
             [f'--gin_file={path}' for path in settings.gin_files] +
-            [f'--gin_bindings={binding}' for binding in gin_bindings] +
+            [f'--gin_bindings={binding}' for binding in (*outage, *gin_bindings)] +
             [f'--logdir={logdir}', *flags] + stop)
 
 

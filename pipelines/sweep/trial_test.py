@@ -151,6 +151,17 @@ class TrialTest(absltest.TestCase):
             '--gin_bindings=train.total_steps = 2048', "--gin_bindings=fake.mode = 'ok'",
             '--logdir=/out/trials/x', '--seed=3'])
 
+    def test_a_trainer_in_a_bucket_rides_out_an_outage_as_long_as_the_sweep(self):
+        settings = trial.Settings(output_dir='gs://b/out', gin_files=('a.gin',), env_steps=5,
+                                  max_outage_s=600.0)
+        command = trial.trainer_command(make_trial('ok'), settings, 'gs://b/out/trials/x')
+        bindings = [arg for arg in command if arg.startswith('--gin_bindings=')]
+        # First, so that a spec's own binding of it wins.
+        self.assertEqual(bindings[0], '--gin_bindings=staging.max_outage_s = 600')
+        local = dataclasses.replace(settings, output_dir='/out')
+        self.assertNotIn('staging', ' '.join(trial.trainer_command(make_trial('ok'), local,
+                                                                   '/out/trials/x')))
+
     def test_a_rung_stops_the_trainer_at_its_budget(self):
         record = trial.run(make_trial('ok'), self.settings, stop_at_step=1024)
         self.assertEqual((record['status'], record['budget']), ('ok', 1024), record['error'])
