@@ -192,8 +192,10 @@ class _Network(tf.Module):
         return values
 
 
-class _FeedForwardPolicy(_Network):
-    """Stateless policy: the state is an empty tuple and sequences are plain batches."""
+class FeedForwardPolicy(_Network):
+    """Stateless policy: the state is an empty tuple and sequences are plain batches. The base
+    of a new feed-forward policy (e.g. SAC's squashed Gaussian): it defines `_params(observ)`
+    and `distribution(params)`."""
 
     recurrent = False
 
@@ -228,7 +230,7 @@ def _gaussian_distribution(params):
 
 
 @gin.configurable
-class FeedForwardGaussianPolicy(_FeedForwardPolicy):
+class FeedForwardGaussianPolicy(FeedForwardPolicy):
     """Diagonal Gaussian over continuous actions with a learned, state-independent log-std."""
 
     action_dtype = tf.float32
@@ -256,7 +258,7 @@ class FeedForwardGaussianPolicy(_FeedForwardPolicy):
 
 
 @gin.configurable
-class FeedForwardCategoricalPolicy(_FeedForwardPolicy):
+class FeedForwardCategoricalPolicy(FeedForwardPolicy):
     """Categorical distribution over `action_size` discrete actions (int32 action indices)."""
 
     action_dtype = tf.int32

@@ -8,10 +8,12 @@ module here (see docs/new_algorithm.md).
 from agents.algorithms import algorithm as algorithm_lib
 from agents.algorithms.a2c import a2c
 from agents.algorithms.ppo import ppo
+from agents.algorithms.sac import sac
 
 ALGORITHMS = {
     'A2C': a2c.A2C,
     'PPO': ppo.PPO,
+    'SAC': sac.SAC,
 }
 
 

@@ -33,9 +33,14 @@ class RegistryTest(absltest.TestCase):
 
     def test_member_hyperparameters_are_what_members_may_set(self):
         shared = ('learning_rate', 'entropy_coef', 'discount', 'gae_lambda')
-        expected = {'A2C': shared, 'PPO': ('clip_ratio',) + shared}
+        expected = {'A2C': shared, 'PPO': ('clip_ratio',) + shared, 'SAC': None}
         self.assertEqual(set(expected), set(registry.ALGORITHMS))
+        with self.assertRaisesRegex(ValueError,
+                                    '^SAC does not train as a population; A2C, PPO do$'):
+            registry.member_hyperparameters(registry.ALGORITHMS['SAC'])
         for name, cls in registry.ALGORITHMS.items():
+            if expected[name] is None:
+                continue
             with self.subTest(name=name):
                 self.assertEqual(registry.member_hyperparameters(cls), expected[name])
                 self.assertIs(registry.member_hyperparameters(cls), cls.MEMBER_HYPERPARAMETERS)
