@@ -128,11 +128,11 @@ class RestoreTest(absltest.TestCase):
         shutil.copytree(self.logdir, other)
         path = os.path.join(other, run_dir.OPERATIVE_CONFIG_FILE)
         with open(path) as f:
-            config = f.read().replace('train.algorithm = @PPO', 'train.algorithm = @SAC')
+            config = f.read().replace('train.algorithm = @PPO', 'train.algorithm = @Nonesuch')
         with open(path, 'w') as f:
             f.write(config)
         with self.assertRaisesRegex(run_config.ConfigError, 'names an algorithm that is not '
-                                    r'registered \(agents/algorithms/registry.py\): @SAC'):
+                                    r'registered \(agents/algorithms/registry.py\): @Nonesuch'):
             restore.restore_agent(other)
 
     def test_restores_an_earlier_checkpoint_by_step_or_path(self):

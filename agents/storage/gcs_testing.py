@@ -122,9 +122,16 @@ class GcsEmulator:
         self.client().create_bucket(name)
 
     def objects(self, bucket, prefix=''):
-        """{name: bytes} of the bucket's objects under `prefix`."""
-        return {blob.name: blob.download_as_bytes()
-                for blob in self.client().list_blobs(bucket, prefix=prefix)}
+        """{name: bytes} of the bucket's objects under `prefix`; one a writer deletes between
+        the listing and its download (e.g. a probe) is left out."""
+        from google.api_core import exceptions
+        objects = {}
+        for blob in self.client().list_blobs(bucket, prefix=prefix):
+            try:
+                objects[blob.name] = blob.download_as_bytes()
+            except exceptions.NotFound:
+                continue
+        return objects
 
     def names(self, bucket, prefix=''):
         """The names of the bucket's objects under `prefix`: what to poll while a writer runs,
