@@ -54,6 +54,7 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
     # distribution's parameters); recurrent policies add 'policy_state'.
     EXTRAS_KEYS = ('value',)
     MEMBER_HYPERPARAMETERS = ('learning_rate', 'entropy_coef', 'discount', 'gae_lambda')
+    POLICY_NETWORK_ARGUMENT = 'policy_network'
 
     def __init__(self, observ_shape, action_size, num_envs, policy_network, value_network,
                  optimizer, hyperparameters, lr_anneal_updates, max_grad_norm, normalize_observ,

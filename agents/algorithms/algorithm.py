@@ -65,6 +65,9 @@ class Algorithm(tf.Module):
     # The hyperparameters each member of a population may set for itself (`population`), or
     # None: the algorithm does not train as a population.
     MEMBER_HYPERPARAMETERS = None
+    # The argument that chooses the policy network (which fits discrete or continuous actions),
+    # for the message that names it; None: the algorithm's policy is its own, for one kind.
+    POLICY_NETWORK_ARGUMENT = None
 
     @property
     def cadence(self):

@@ -45,11 +45,13 @@ def build_algorithm(algorithm, observation_space, action_space, num_envs, seed,
     discrete = isinstance(action_space, gym.spaces.Discrete)
     if agent.action_dtype.is_integer != discrete:
         kind = 'discrete' if discrete else 'continuous'
-        wanted = 'a categorical' if discrete else 'a Gaussian'
         name = type(agent).__name__
         policy = type(agent.exported_policy()[0]).__name__
+        argument = agent.POLICY_NETWORK_ARGUMENT
+        remedy = (f'set {name}.{argument} to {"a categorical" if discrete else "a Gaussian"} '
+                  'policy' if argument else
+                  f'{name} trains only on {"continuous" if discrete else "discrete"} actions')
         raise run_config.ConfigError(
             f'the policy network {policy} acts with {agent.action_dtype.name} actions but the '
-            f'environment\'s action space {action_space} is {kind}; set {name}.policy_network '
-            f'to {wanted} policy')
+            f'environment\'s action space {action_space} is {kind}; {remedy}')
     return agent

@@ -58,6 +58,13 @@ class AgentFactoryTest(absltest.TestCase):
                                     r'space Discrete\(2\) is discrete'):
             agent_factory.build_algorithm(registry.ALGORITHMS['PPO'], PENDULUM[0],
                                           gym.spaces.Discrete(2), num_envs=2, seed=0)
+        with self.assertRaisesRegex(run_config.ConfigError,
+                                    r'SquashedGaussianPolicy acts with float32 actions but the '
+                                    r'environment\'s action space Discrete\(2\) is discrete; '
+                                    r'SAC trains only on continuous actions$'):
+            agent_factory.build_algorithm(registry.ALGORITHMS['SAC'], PENDULUM[0],
+                                          gym.spaces.Discrete(2), num_envs=2, seed=0,
+                                          buffer_size=16)
 
 
 if __name__ == '__main__':
