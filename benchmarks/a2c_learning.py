@@ -165,43 +165,6 @@ def parse_budgets(entries):
     return budgets
 
 
-def _value_at(evals, step, tolerance):
-    """The mean return of the evaluation nearest to `step` (None if none lies within
-    `tolerance` steps)."""
-    nearest = min(evals, key=lambda record: abs(record['step'] - step), default=None)
-    if nearest is None or abs(nearest['step'] - step) > tolerance:
-        return None
-    return nearest['mean_return']
-
-
-def curves(runs, systems, eval_every_steps):
-    """Per system, the median, min and max over seeds of the evaluations' mean returns, at the
-    evaluation steps of the first system with runs.
-
-    The loop evaluates at the first update past each multiple of eval_every_steps and SB3's
-    evaluator after each update with eval_every_steps more steps: the two may drift apart by
-    less than an iteration per evaluation, so each run contributes the evaluation nearest to
-    each step, within half of eval_every_steps.
-    """
-    present = [system for system in systems if any(run['system'] == system for run in runs)]
-    if not present:
-        return {'steps': []}
-    reference = [run for run in runs if run['system'] == present[0]]
-    steps = sorted({record['step'] for run in reference for record in run['evals']})
-    result = {'steps': steps}
-    for system in present:
-        selected = [run for run in runs if run['system'] == system]
-        columns = {'median': [], 'min': [], 'max': []}
-        for step in steps:
-            values = [_value_at(run['evals'], step, eval_every_steps / 2) for run in selected]
-            values = [value for value in values if value is not None]
-            columns['median'].append(train_throughput._median(values))
-            columns['min'].append(min(values) if values else None)
-            columns['max'].append(max(values) if values else None)
-        result[system] = columns
-    return result
-
-
 def summarize(runs, tasks, systems, settings_by_task):
     """Per task: the curves, and per system the steps to the threshold per seed and their
     median (unreached counting as slowest), the median final return and, for a claim,
@@ -210,8 +173,8 @@ def summarize(runs, tasks, systems, settings_by_task):
     for task in tasks:
         settings = settings_by_task[task]
         task_runs = [run for run in runs if run['task'] == task]
-        entry = {'threshold': TASKS[task].threshold,
-                 'curves': curves(task_runs, systems, settings['eval_every_steps'])}
+        entry = {'threshold': TASKS[task].threshold, 'curves': train_throughput.curves(
+            task_runs, systems, settings['eval_every_steps'])}
         for system in systems:
             selected = sorted((run for run in task_runs if run['system'] == system),
                               key=lambda run: run['seed'])

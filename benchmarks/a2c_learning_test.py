@@ -279,16 +279,16 @@ class SummaryTest(absltest.TestCase):
                 _run('pendulum', 'ours', 2, [-800, -600, -300, -250]),
                 # SB3 evaluates 24 steps later each time; one seed only.
                 _run('pendulum', 'sb3', 0, [-1100, -900, -700, -500], offset=24)]
-        curve = a2c_learning.curves(runs, ['ours', 'sb3'], 1000)
+        curve = train_throughput.curves(runs, ['ours', 'sb3'], 1000)
         self.assertEqual(curve['steps'], [1000, 2000, 3000, 4000])
         self.assertEqual(curve['ours']['median'], [-900, -600, -300, -190])
         self.assertEqual(curve['ours']['min'], [-1000, -700, -400, -250])
         self.assertEqual(curve['ours']['max'], [-800, -500, -180, -150])
         self.assertEqual(curve['sb3']['median'], [-1100, -900, -700, -500])
         # An evaluation farther than half an interval away fills nothing.
-        self.assertEqual(a2c_learning.curves(runs[3:], ['sb3'], 1000)['steps'],
+        self.assertEqual(train_throughput.curves(runs[3:], ['sb3'], 1000)['steps'],
                          [1024, 2048, 3072, 4096])
-        self.assertEqual(a2c_learning.curves(runs, ['ours', 'sb3'], 40)['sb3']['median'],
+        self.assertEqual(train_throughput.curves(runs, ['ours', 'sb3'], 40)['sb3']['median'],
                          [None] * 4)
 
     def test_thresholds_and_the_cartpole_claim(self):

@@ -208,46 +208,12 @@ def time_gradient_steps(systems, settings, gin_files, bindings, count, python, w
     return timings
 
 
-def _value_at(evals, step, tolerance):
-    """The mean return of the evaluation nearest to `step` (None if none lies within
-    `tolerance` steps)."""
-    nearest = min(evals, key=lambda record: abs(record['step'] - step), default=None)
-    if nearest is None or abs(nearest['step'] - step) > tolerance:
-        return None
-    return nearest['mean_return']
-
-
-def curves(runs, systems, eval_every_steps):
-    """Per system, the median, min and max over seeds of the evaluations' mean returns at the
-    evaluation steps of the first system with runs. Both evaluate after the iteration that
-    completes eval_every_steps more steps (the same steps when eval_every_steps is a multiple of
-    an iteration); each run contributes its evaluation nearest to each step, within half of
-    eval_every_steps."""
-    present = [system for system in systems if any(run['system'] == system for run in runs)]
-    if not present:
-        return {'steps': []}
-    reference = [run for run in runs if run['system'] == present[0]]
-    steps = sorted({record['step'] for run in reference for record in run['evals']})
-    result = {'steps': steps}
-    for system in present:
-        selected = [run for run in runs if run['system'] == system]
-        columns = {'median': [], 'min': [], 'max': []}
-        for step in steps:
-            values = [_value_at(run['evals'], step, eval_every_steps / 2) for run in selected]
-            values = [value for value in values if value is not None]
-            columns['median'].append(train_throughput._median(values))
-            columns['min'].append(min(values) if values else None)
-            columns['max'].append(max(values) if values else None)
-        result[system] = columns
-    return result
-
-
 def summarize(runs, systems, settings, threshold):
     """The curves; per system the steady and overall steps/s per seed and their medians, the
     steps to the threshold per seed, the final returns; and the ratios ours / SB3 of each
     seed's pair of runs."""
     summary = {'threshold': threshold,
-               'curves': curves(runs, systems, settings['eval_every_steps'])}
+               'curves': train_throughput.curves(runs, systems, settings['eval_every_steps'])}
     by_seed = {}
     for system in systems:
         selected = sorted((run for run in runs if run['system'] == system),
