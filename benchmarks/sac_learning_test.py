@@ -87,6 +87,10 @@ class SettingsTest(absltest.TestCase):
                                     'SAC.gradient_steps = 8'])
         # The config's own number of environments binds nothing more.
         self.assertEqual(sac_learning.sac_settings(TASK, 1)[2], [])
+        files = [run_config.find_gin_file(TASK.gin_file)]
+        self.assertEqual(sac_learning.our_backend(files, []), 'gymnasium')
+        self.assertEqual(sac_learning.our_backend(files, ["train.env_backend = 'native'"]),
+                         'native')
         # Scaled from whatever the configuration says.
         found = settings(4, bindings=['SAC.gradient_steps = 2'])
         self.assertEqual(found['gradient_steps'], 8)
@@ -279,9 +283,10 @@ class ReportTest(absltest.TestCase):
         timings = {'ours': {'per_call': 4.5, 'one_call': 3.25},
                    'sb3': {'per_call': 6.0, 'one_call': 5.75}}
         report = sac_learning.format_report(summary, ['ours', 'sb3'], self.settings,
-                                            'pendulum', timings, [1.5, 2.0])
+                                            'pendulum', timings, [1.5, 2.0], 'native')
         self.assertIn('pendulum (Pendulum-v1, configs/sac_pendulum.gin): 1 env(s), 1 gradient '
-                      'step(s) per iteration of 1 step(s) per env, 8,192 steps', report)
+                      'step(s) per iteration of 1 step(s) per env, 8,192 steps; ours on the '
+                      'native backend, SB3 on Gymnasium\n', report)
         self.assertIn('\n      ours |            300.0, 240.0 |  270.0 |    3.70 |  2,048.0 |'
                       '      81.9 |           4,096, 6,144 |        -140.0, -160.0\n', report)
         self.assertIn('\n       sb3 |            100.0, 120.0 |  110.0 |    9.09 |', report)

@@ -201,13 +201,9 @@ class OffPolicyAlgorithm(Algorithm):
     def learn(self, batch, batch_finite):
         """Keeps a finite batch (`observe`), then trains once `learning_starts` steps were seen."""
         steps = tf.cast(tf.size(batch['reward']), tf.int64)
-
-        def keep():
-            with tf.control_dependencies([self.observe(batch)]):
-                return self.observed_steps.assign_add(steps)
-
         finite = tf.reduce_all(batch_finite)
-        kept = tf.cond(finite, keep, lambda: tf.identity(self.observed_steps))
+        with tf.control_dependencies([self.observe(batch, finite)]):
+            kept = self.observed_steps.assign_add(tf.where(finite, steps, 0))
 
         def skip():
             return ({name: tf.constant(float('nan')) for name in self.TRAIN_METRICS},
@@ -217,8 +213,11 @@ class OffPolicyAlgorithm(Algorithm):
             ready = finite & (self.observed_steps >= self._cadence.learning_starts)
             return tf.cond(ready, lambda: self.train(self._cadence.gradient_steps), skip)
 
-    def observe(self, batch):
-        """Stores the batch's transitions; returns an op (or tensor) that does it."""
+    def observe(self, batch, keep):
+        """Stores the batch's transitions if `keep` ([] bool; false for a non-finite batch);
+        returns an op (or tensor) that does it. Without a branch on `keep`: XLA copies the whole
+        of a storage that a conditional writes, every iteration (e.g.
+        `replay_buffer.ReplayBuffer.add(batch, keep)`)."""
         raise NotImplementedError
 
     def train(self, gradient_steps):

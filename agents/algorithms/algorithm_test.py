@@ -18,8 +18,8 @@ class _Counting(algorithm.OffPolicyAlgorithm):
         self.kept = tf.Variable(0.0)
         self.trained = tf.Variable(0)
 
-    def observe(self, batch):
-        return self.kept.assign_add(tf.reduce_sum(batch['reward']))
+    def observe(self, batch, keep):
+        return self.kept.assign_add(tf.where(keep, tf.reduce_sum(batch['reward']), 0.0))
 
     def train(self, gradient_steps):
         self.trained.assign_add(gradient_steps)

@@ -63,8 +63,8 @@ class OffPolicyTesting(algorithm.OffPolicyAlgorithm):
         action = policy.mode() if greedy else policy.sample(seed=self._next_seed())
         return tf.tanh(action[0]), {}, state  # In [-1, 1], where Q is trained.
 
-    def observe(self, batch):
-        return self.buffer.add(batch)
+    def observe(self, batch, keep):
+        return self.buffer.add(batch, keep)
 
     def train(self, gradient_steps):
         self.train_calls.assign_add(1)

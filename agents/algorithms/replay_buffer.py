@@ -46,19 +46,25 @@ class ReplayBuffer(tf.Module):
         """How many transitions the buffer holds (a tensor)."""
         return tf.minimum(self.added, self.capacity)
 
-    def add(self, batch):
-        """Adds the transitions of a time-major batch `[T, N, ...]` (of `FIELDS`), step by step;
-        returns the op. More than `capacity` at once keeps the last `capacity`."""
+    def add(self, batch, keep=True):
+        """Adds the transitions of a time-major batch `[T, N, ...]` (of `FIELDS`), step by step,
+        if `keep` ([] bool); returns the op. More than `capacity` at once keeps the last
+        `capacity`. Not keeping writes the rows' own values back, rather than branching: XLA
+        copies the whole ring when a conditional writes it."""
         flat = {field: tf.reshape(tf.cast(batch[field], self.storage[field].dtype),
                                   [-1, *self.storage[field].shape[1:]]) for field in FIELDS}
         count = tf.shape(flat['reward'], out_type=tf.int64)[0]
-        keep = tf.minimum(count, self.capacity)
-        flat = {field: values[count - keep:] for field, values in flat.items()}
-        indices = (self.added + count - keep + tf.range(keep)) % self.capacity
-        writes = [self.storage[field].scatter_nd_update(indices[:, None], values)
-                  for field, values in flat.items()]
+        kept = tf.minimum(count, self.capacity)
+        indices = (self.added + count - kept + tf.range(kept)) % self.capacity
+        keep = tf.convert_to_tensor(keep, tf.bool)
+        writes = []
+        for field, values in flat.items():
+            storage = self.storage[field]
+            values = tf.where(tf.reshape(keep, [1] * values.shape.rank), values[count - kept:],
+                              tf.gather(storage, indices))
+            writes.append(storage.scatter_nd_update(indices[:, None], values))
         with tf.control_dependencies(writes):
-            return self.added.assign_add(count)
+            return self.added.assign_add(tf.where(keep, count, 0))
 
     def sample(self, batch_size, seed):
         """`batch_size` transitions drawn uniformly (with replacement) from those held, by the

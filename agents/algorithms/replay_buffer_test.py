@@ -50,6 +50,19 @@ class ReplayBufferTest(absltest.TestCase):
         again = buffer.sample(256, tf.constant([1, 2]))
         np.testing.assert_array_equal(again['reward'].numpy(), sample['reward'].numpy())
 
+    def test_a_batch_not_kept_changes_nothing_even_across_the_wrap_in_xla(self):
+        buffer = replay_buffer.ReplayBuffer(5, (2,), (1,))
+        add = tf.function(buffer.add, jit_compile=True, autograph=False)
+        add(_batch(0, 2, 2), tf.constant(True))  # 0 1 2 3
+        before = {field: values.numpy() for field, values in buffer.storage.items()}
+        add(_batch(10, 2, 2), tf.constant(False))  # Would wrap over slots 4, 0, 1, 2.
+        self.assertEqual(int(buffer.added), 4)
+        for field, values in buffer.storage.items():
+            np.testing.assert_array_equal(values.numpy(), before[field], err_msg=field)
+        add(_batch(4, 2, 2), tf.constant(True))
+        np.testing.assert_array_equal(buffer.storage['reward'].numpy(), [5, 6, 7, 3, 4])
+        self.assertEqual(int(buffer.added), 8)
+
     def test_refuses_a_bad_capacity(self):
         for capacity in (0, -1, 2.5, True):
             with self.assertRaisesRegex(ValueError, 'capacity must be a positive integer'):

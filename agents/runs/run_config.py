@@ -52,10 +52,15 @@ def find_gin_file(path):
     raise ConfigError(f'gin file {path!r} not found (looked at {", ".join(candidates)})')
 
 
-def load(gin_files, gin_bindings, seed=None, seed_binding=run_dir.SEED_BINDING):
+def load(gin_files, gin_bindings, seed=None, seed_binding=run_dir.SEED_BINDING,
+         default_seed=None):
     """Parses the gin files and bindings; returns the parsed configuration as text.
 
-    Modules whose configurables the files name must be imported before calling this.
+    `seed` (e.g. a --seed flag) binds `seed_binding`; a configuration that binds it to another
+    value is refused, naming both. Without `seed`, the configuration's binding stands, or
+    `default_seed` is bound if there is none and it is given (so that the configuration's text
+    names the seed either way). Modules whose configurables the files name must be imported
+    before calling this.
     """
     if not gin_files:
         raise ConfigError('no --gin_file given; e.g. --gin_file=configs/pendulum.gin')
@@ -65,8 +70,9 @@ def load(gin_files, gin_bindings, seed=None, seed_binding=run_dir.SEED_BINDING):
         gin.add_config_file_search_path(directory)
     try:
         gin.parse_config_files_and_bindings(paths, gin_bindings, finalize_config=False)
-        if seed is not None:
-            gin.bind_parameter(seed_binding, seed)
+        _bind_seed(seed_binding, seed, default_seed)
+    except ConfigError:
+        raise
     except Exception as error:  # Gin raises many types; all of them are user errors here.
         text = failures.one_line(error)
         refused = re.match(r"Configurable '([\w.]+)' has denylisted kwarg '(\w+)'\. ?(.*)", text)
@@ -77,6 +83,21 @@ def load(gin_files, gin_bindings, seed=None, seed_binding=run_dir.SEED_BINDING):
                     f'sets it for a run). {where}')
         raise ConfigError(f'invalid gin configuration: {text}') from error
     return gin.config_str()
+
+
+def _bind_seed(seed_binding, seed, default_seed):
+    """Binds the seed of `load`, refusing a configuration that binds another."""
+    try:
+        bound = gin.query_parameter(seed_binding)
+    except ValueError:  # Not bound.
+        bound = None
+    if seed is not None and bound is not None and bound != seed:
+        raise ConfigError(f'the seed {seed} (--seed) and {seed_binding} = {bound!r} of the '
+                          'configuration disagree; give the seed once')
+    if seed is None and bound is None:
+        seed = default_seed
+    if seed is not None:
+        gin.bind_parameter(seed_binding, seed)
 
 
 def check_logdir(logdir, config, config_file=run_dir.CONFIG_FILE):

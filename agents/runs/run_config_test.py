@@ -1,5 +1,6 @@
 """Tests for run_config: gin loading errors, path resolution and logdir checks."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -29,15 +30,32 @@ class LoadTest(absltest.TestCase):
         self.dir = self.create_tempdir()
         self.addCleanup(gin.clear_config)
 
-    def test_parses_files_bindings_and_seed(self):
+    def test_parses_files_and_bindings(self):
         # Not base.gin: gin's search path, which every load extends, holds the bundled one.
         base = self.dir.create_file('shared_for_test.gin', 'configurable_for_test.value = 2\n')
         task = self.dir.create_file('task.gin', "include 'shared_for_test.gin'\n")
         del base
-        config = run_config.load([task.full_path], ['configurable_for_test.value = 3'], seed=7,
-                                 seed_binding='configurable_for_test.value')
-        self.assertEqual(configurable_for_test(), 7)
-        self.assertIn('configurable_for_test.value = 7', config)
+        config = run_config.load([task.full_path], ['configurable_for_test.value = 3'])
+        self.assertEqual(configurable_for_test(), 3)
+        self.assertIn('configurable_for_test.value = 3', config)
+
+    def test_a_seed_given_once_stands_and_two_that_disagree_are_refused(self):
+        task = self.dir.create_file('task.gin', '')
+        load = functools.partial(run_config.load, [task.full_path],
+                                 seed_binding='configurable_for_test.value', default_seed=0)
+        # A binding alone (train.seed = 3 without --seed) is not overridden by the default.
+        self.assertIn('configurable_for_test.value = 3',
+                      load(['configurable_for_test.value = 3']))
+        self.assertEqual(configurable_for_test(), 3)
+        # Neither: the default, written into the configuration.
+        self.assertIn('configurable_for_test.value = 0', load([]))
+        # The seed alone, or both agreeing.
+        self.assertIn('configurable_for_test.value = 7', load([], seed=7))
+        load(['configurable_for_test.value = 3'], seed=3)
+        with self.assertRaisesRegex(run_config.ConfigError, r'the seed 4 \(--seed\) and '
+                                    r'configurable_for_test.value = 3 of the configuration '
+                                    'disagree; give the seed once'):
+            load(['configurable_for_test.value = 3'], seed=4)
 
     def test_relative_paths_resolve_against_the_callers_directory(self):
         self.dir.create_file('task.gin', 'configurable_for_test.value = 5\n')

@@ -15,8 +15,10 @@ from agents.algorithms import registry
 from agents.runs import environments, faults, memory_bound, run_config, run_dir
 from agents.storage import failures
 
-# A lone run of at most this many environments compiles without XLA by default: XLA's
-# compilation delays its first returns more than it speeds its iterations.
+# A lone on-policy run of at most this many environments compiles without XLA by default: XLA's
+# compilation delays its first returns more than it speeds its iterations. An off-policy
+# algorithm's iterations are a few steps and gradient steps each, thousands of them, where
+# TensorFlow's per-op dispatch outweighs the work unless XLA compiles them.
 SMALL_RUN_ENVS = 64
 
 
@@ -119,10 +121,12 @@ class RunSettings:
         return registry.member_hyperparameters(self.algorithm_class)
 
     def compiles_with_xla(self):
-        """`jit_compile`, or by default: native environments, unless a small lone run."""
+        """`jit_compile`, or by default: native environments, unless a small lone on-policy run."""
         if self.jit_compile is not None:
             return self.jit_compile
-        return self.native and (self.population > 1 or self.num_envs > SMALL_RUN_ENVS)
+        return self.native and (
+            self.population > 1 or self.num_envs > SMALL_RUN_ENVS
+            or issubclass(self.algorithm_class, algorithm_lib.OffPolicyAlgorithm))
 
     def optimizes_graphs(self):
         """`optimize_graphs`, or by default for the Gymnasium backend (on the native one

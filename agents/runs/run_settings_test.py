@@ -79,6 +79,12 @@ class RunSettingsTest(parameterized.TestCase):
         self.assertFalse(native.compiles_with_xla())  # A small lone run.
         self.assertTrue(run_settings.RunSettings(**dict(vars(native), num_envs=128))
                         .compiles_with_xla())
+        # An off-policy run's many short iterations compile with XLA at any size.
+        off = run_settings.RunSettings(
+            **dict(vars(native), algorithm=off_policy_testing.OffPolicyTesting))
+        self.assertTrue(off.compiles_with_xla())
+        self.assertFalse(run_settings.RunSettings(**dict(vars(off), env_backend='gymnasium'))
+                         .compiles_with_xla())
 
     def test_member_overrides(self):
         settings = self.settings(

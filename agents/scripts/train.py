@@ -69,8 +69,9 @@ flags.DEFINE_string(
     '(gs://bucket/run: trained in a local copy uploaded at every evaluation); default '
     'logs/<config>-<timestamp> under the directory you ran the command from. An existing '
     'logdir of the same configuration is resumed.')
-flags.DEFINE_integer('seed', 0, 'Seeds the environments, network initialization and sampling '
-                     '(a non-negative integer).', lower_bound=0)
+flags.DEFINE_integer('seed', None, 'Seeds the environments, network initialization and '
+                     'sampling (a non-negative integer); default: the configuration\'s '
+                     'train.seed, else 0.', lower_bound=0)
 
 flags.DEFINE_integer(
     'stop_at_step', None, 'Stop at the first iteration end at or past this environment step, '
@@ -109,7 +110,8 @@ def _main(signals, staged_box):
     """Checks, prepares and trains; returns the exit status (or an error message)."""
     staged = None
     try:
-        config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed)
+        config = run_config.load(FLAGS.gin_file, FLAGS.gin_bindings, seed=FLAGS.seed,
+                                 default_seed=run_settings.RunSettings.seed)
         loop.check_config()
         staging = remote_logdir.staging_settings()
         run_settings.configure_threads()

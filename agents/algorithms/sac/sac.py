@@ -305,8 +305,8 @@ class SAC(algorithm.OffPolicyAlgorithm):
         warming_up = self.observed_steps < self.cadence.learning_starts
         return tf.where(warming_up, uniform, action), {}, state
 
-    def observe(self, batch):
-        return self.buffer.add(batch)
+    def observe(self, batch, keep):
+        return self.buffer.add(batch, keep)
 
     def train(self, gradient_steps):
         return self._compiled_train(tf.constant(gradient_steps))

@@ -138,7 +138,7 @@ class GradientStepTest(absltest.TestCase):
         agent = _agent(learning_rate=0.05, discount=0.9, tau=0.1, ent_coef_init=0.7)
         for module in (agent.policy, agent.critic, agent.critic_target):
             _randomize(module, rng)
-        agent.observe(_transitions())
+        agent.observe(_transitions(), True)
         before = {name: [variable.numpy() for variable in module.variables]
                   for name, module in (('critic', agent.critic),
                                        ('target', agent.critic_target))}
@@ -194,7 +194,7 @@ class GradientStepTest(absltest.TestCase):
     def test_only_termination_stops_the_bootstrap(self):
         agent = _agent(buffer_size=8)
         batch = _transitions()
-        agent.observe(batch)
+        agent.observe(batch, True)
         # The buffer keeps `terminated` alone: a truncation is a transition to bootstrap from.
         np.testing.assert_array_equal(agent.buffer.storage['terminated'].numpy()[:6],
                                       batch['terminated'].reshape(-1))
@@ -203,7 +203,7 @@ class GradientStepTest(absltest.TestCase):
 
     def test_fixed_temperature_is_not_learned(self):
         agent = _agent(learn_ent_coef=False, ent_coef_init=0.2)
-        agent.observe(_transitions())
+        agent.observe(_transitions(), True)
         step_metrics, _ = agent.gradient_step(tf.constant([1, 2]))
         self.assertAlmostEqual(float(tf.exp(agent.log_ent_coef[0])), 0.2, delta=1e-7)
         self.assertTrue(np.isnan(float(step_metrics['ent_coef_loss'])))
@@ -211,7 +211,7 @@ class GradientStepTest(absltest.TestCase):
 
     def test_a_nonfinite_critic_loss_is_not_applied_and_stops_training(self):
         agent = _agent()
-        agent.observe(_transitions())
+        agent.observe(_transitions(), True)
         agent.buffer.storage['reward'].assign(tf.fill([64], float('nan')))
         critic = [variable.numpy() for variable in agent.critic.variables]
         train_metrics, nonfinite = agent.train(3)
@@ -241,7 +241,7 @@ class PolyakTest(absltest.TestCase):
 
     def test_targets_follow_every_target_update_interval_steps(self):
         agent = _agent(target_update_interval=2, tau=0.25)
-        agent.observe(_transitions())
+        agent.observe(_transitions(), True)
         targets = [variable.numpy() for variable in agent.critic_target.variables]
         agent.train(1)
         for variable, old in zip(agent.critic_target.variables, targets, strict=True):
