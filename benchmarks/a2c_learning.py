@@ -34,7 +34,7 @@ from absl import app, flags
 from agents.algorithms import networks
 from agents.algorithms.a2c import a2c
 from agents.runs import run_config, run_settings
-from benchmarks import sb3_a2c_runner, train_throughput
+from benchmarks import peer_runner, sb3_a2c_runner, train_throughput
 
 # train_throughput's flags (--tasks, --systems, --seeds, --budget, --gin_bindings,
 # --output_json, --workdir, --peers_python, --sb3_torch_threads, --sb3_vec_env, --poll_secs)
@@ -84,8 +84,8 @@ def a2c_settings(task, budget=None, extra_bindings=()):
         bindings.append(f'train.total_steps = {budget}')
     run_config.load(gin_files, bindings)
     try:
-        train = train_throughput._reader('train', run_settings.RunSettings)
-        agent = train_throughput._reader('A2C', a2c.A2C.__init__)
+        train = train_throughput.gin_reader('train', run_settings.RunSettings)
+        agent = train_throughput.gin_reader('A2C', a2c.A2C.__init__)
         policy_name, value_name = agent('policy_network'), agent('value_network')
         if policy_name not in POLICY_NETWORKS:
             raise run_config.ConfigError(
@@ -94,8 +94,8 @@ def a2c_settings(task, budget=None, extra_bindings=()):
         if value_name != 'FeedForwardValue':
             raise run_config.ConfigError(f'A2C.value_network = @{value_name}: the SB3 '
                                          'comparison supports only @FeedForwardValue')
-        policy = train_throughput._reader(policy_name, POLICY_NETWORKS[policy_name].__init__)
-        value = train_throughput._reader(value_name, networks.FeedForwardValue.__init__)
+        policy = train_throughput.gin_reader(policy_name, POLICY_NETWORKS[policy_name].__init__)
+        value = train_throughput.gin_reader(value_name, networks.FeedForwardValue.__init__)
         if policy('output_gain') != SB3_OUTPUT_GAIN:
             raise run_config.ConfigError(
                 f'{policy_name}.output_gain = {policy("output_gain")!r}: SB3 initializes the '
@@ -138,31 +138,13 @@ def a2c_settings(task, budget=None, extra_bindings=()):
         gin.clear_config()
     try:
         sb3_a2c_runner.check_settings(settings)
-    except sb3_a2c_runner.UnsupportedSetting as error:
+    except peer_runner.UnsupportedSetting as error:
         # Named as the gin parameter it came from.
         name = {'wrappers': 'train.wrappers', 'activation': f'{policy_name}.activation',
                 'init_std': f'{policy_name}.init_std'}.get(error.key, f'A2C.{error.key}')
         raise run_config.ConfigError(f'{name}{str(error)[len(error.key):]}' if error.key
                                      else str(error)) from None
     return settings, gin_files, bindings
-
-
-def sb3_command(python, settings, logdir, seed):
-    return [python, os.path.join(train_throughput.HERE, 'sb3_a2c_runner.py'),
-            f'--config={json.dumps(settings)}', f'--logdir={logdir}', f'--seed={seed}',
-            f'--torch_threads={FLAGS.sb3_torch_threads}', f'--vec_env={FLAGS.sb3_vec_env}']
-
-
-def parse_budgets(entries):
-    """{task: steps} of the --budget entries 'task=steps'."""
-    budgets = {}
-    for entry in entries:
-        task, _, steps = entry.partition('=')
-        if task not in TASKS or not steps.isdigit() or int(steps) < 1:
-            raise app.UsageError(f"--budget={entry!r}: expected 'task=steps' with a task in "
-                                 f'{sorted(TASKS)} and a positive number of steps')
-        budgets[task] = int(steps)
-    return budgets
 
 
 def summarize(runs, tasks, systems, settings_by_task):
@@ -181,16 +163,16 @@ def summarize(runs, tasks, systems, settings_by_task):
             if not selected:
                 continue
             steps = [run['threshold_step'] for run in selected]
-            median = train_throughput._median(
+            median = train_throughput.median(
                 [math.inf if step is None else step for step in steps])
             entry[system] = {
                 'threshold_steps': steps,
                 'median_threshold_step': None if median == math.inf else median,
                 'reached': sum(step is not None for step in steps),
                 'seeds': len(selected),
-                'final_return': train_throughput._median(
+                'final_return': train_throughput.median(
                     [run['final_return'] for run in selected]),
-                'wall_s': train_throughput._median([run['wall_s'] for run in selected]),
+                'wall_s': train_throughput.median([run['wall_s'] for run in selected]),
             }
         claim_steps = TASKS[task].claim_steps
         if claim_steps is not None and 'ours' in entry:
@@ -284,20 +266,8 @@ def plot(summary, tasks, systems, path):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-    unknown = [task for task in FLAGS.tasks if task not in TASKS]
-    if unknown:
-        raise app.UsageError(f'Unknown tasks {unknown}; known: {sorted(TASKS)}')
-    systems = list(FLAGS.systems)
-    unknown = [system for system in systems if system not in SYSTEMS]
-    if unknown:
-        raise app.UsageError(f'Unknown systems {unknown}; known: {", ".join(SYSTEMS)}')
-    if FLAGS.baseline_tree:
-        raise app.UsageError('--baseline_tree: not supported by this benchmark')
-    if FLAGS.seeds < 1:
-        raise app.UsageError('--seeds must be positive')
-    budgets = parse_budgets(FLAGS.budget)
+    systems = train_throughput.check_learning_flags(argv, TASKS, SYSTEMS)
+    budgets = train_throughput.parse_budgets(FLAGS.budget, known=TASKS)
     settings_by_task, configs = {}, {}
     for task in FLAGS.tasks:
         try:
@@ -321,7 +291,8 @@ def main(argv):
                     command = train_throughput.ours_command(gin_files, bindings, logdir, seed)
                     env = ours_env
                 else:
-                    command = sb3_command(python, settings_by_task[task], logdir, seed)
+                    command = train_throughput.sb3_command(
+                        python, settings_by_task[task], logdir, seed, 'sb3_a2c_runner.py')
                     env = sb3_env
                 run = train_throughput.summarize_run(
                     train_throughput.run_monitored(command, logdir, env, FLAGS.poll_secs),

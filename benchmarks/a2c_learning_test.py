@@ -13,7 +13,7 @@ import textwrap
 from absl.testing import absltest
 
 from agents.runs import run_config
-from benchmarks import a2c_learning, sb3_a2c_runner, train_throughput
+from benchmarks import a2c_learning, peer_runner, sb3_a2c_runner, train_throughput
 
 # The settings key of each gin parameter the configs may bind; IGNORED are bindings that do not
 # concern SB3 (how BatchPPO steps its environments, which algorithm and value network it names:
@@ -125,10 +125,14 @@ class SettingsTest(absltest.TestCase):
                     settings('pendulum', bindings=bindings)
 
     def test_parse_budgets(self):
-        self.assertEqual(a2c_learning.parse_budgets(['cartpole=2000']), {'cartpole': 2000})
-        for entry in ('cartpole', 'cartpole=0', 'cartpole=x', 'nosuchtask=5'):
+        def parse(entries):
+            return train_throughput.parse_budgets(entries, known=a2c_learning.TASKS)
+
+        self.assertEqual(parse(['cartpole=2000']), {'cartpole': 2000})
+        for entry in ('cartpole', 'cartpole=0', 'cartpole=x', 'nosuchtask=5',
+                      'pendulum_native=5'):
             with self.subTest(entry=entry), self.assertRaisesRegex(Exception, 'task=steps'):
-                a2c_learning.parse_budgets([entry])
+                parse([entry])
 
 
 class Sb3KwargsTest(absltest.TestCase):
@@ -194,9 +198,9 @@ class Sb3KwargsTest(absltest.TestCase):
                  'unknown keys': {'clip_ratio': 0.2}}
         for name, change in cases.items():
             with self.subTest(name=name), self.assertRaisesRegex(
-                    sb3_a2c_runner.UnsupportedSetting, name):
+                    peer_runner.UnsupportedSetting, name):
                 sb3_a2c_runner.sb3_a2c_kwargs(dict(base, **change))
-        with self.assertRaisesRegex(sb3_a2c_runner.UnsupportedSetting, 'missing keys'):
+        with self.assertRaisesRegex(peer_runner.UnsupportedSetting, 'missing keys'):
             sb3_a2c_runner.sb3_a2c_kwargs({key: base[key] for key in list(base)[1:]})
 
     @absltest.skipUnless(os.path.exists(PEERS_PYTHON), '.venv-peers is absent (build it with '

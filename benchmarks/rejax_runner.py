@@ -34,6 +34,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import peer_runner  # Beside this script, which only the peers' python runs.
 from absl import app, flags
 from rejax import PPO
 from rejax import evaluate as rejax_evaluate
@@ -45,7 +46,6 @@ SETTINGS = (
     'value_clip', 'value_coef', 'entropy_coef', 'normalize_advantages', 'normalize_observ',
     'observ_clip', 'scale_reward', 'reward_clip', 'policy_hidden_sizes', 'value_hidden_sizes',
     'activation', 'init_std')
-EVAL_SEED_OFFSET = 1_000_000  # As BatchPPO's trainer: eval envs never share seeds with training.
 
 flags.DEFINE_string('config', None, 'JSON object with the keys of SETTINGS.')
 flags.DEFINE_string('logdir', None, 'Where metrics.jsonl is written.')
@@ -165,26 +165,17 @@ def main(argv):
     states = ([jax.tree_util.tree_map(lambda leaf, k=k: leaf[k], train_state)
                for k in range(FLAGS.num_seeds)] if population else [train_state])
     results = [jax.device_get(evaluate(
-        algo, state, jax.random.PRNGKey(FLAGS.seed + EVAL_SEED_OFFSET + k),
+        algo, state, jax.random.PRNGKey(FLAGS.seed + peer_runner.EVAL_SEED_OFFSET + k),
         settings['eval_episodes'])) for k, state in enumerate(states)]
     returns = np.concatenate([member_returns for member_returns, _ in results])
     lengths = np.concatenate([member_lengths for _, member_lengths in results])
-    record = {
-        'step': total,
-        'mean_return': float(np.mean(returns)),
-        'std_return': float(np.std(returns)),
-        'episodes': int(len(returns)),
-        'mean_length': float(np.mean(lengths)),
-        'env_steps_per_sec': steps / train_s,  # Of all seeds together.
-        'wall_time_s': compile_s + train_s,
-        'compile_s': compile_s,
-        'train_s': train_s,
-    }
+    record = peer_runner.evaluation_record(
+        total, returns, lengths, steps / train_s,  # Steps/s of all seeds together.
+        compile_s + train_s, compile_s=compile_s, train_s=train_s)
     if population:
         record['member_returns'] = [float(np.mean(member_returns))
                                     for member_returns, _ in results]
-    with open(os.path.join(FLAGS.logdir, 'metrics.jsonl'), 'a', encoding='utf-8') as f:
-        f.write(json.dumps(record) + '\n')
+    peer_runner.append_metrics(FLAGS.logdir, record)
     print(f'rejax: final evaluation {record["mean_return"]:.1f} over {len(returns)} episodes '
           f'of mean length {record["mean_length"]:.0f}', flush=True)
 

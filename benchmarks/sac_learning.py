@@ -49,7 +49,7 @@ from absl import app, flags
 
 from agents.algorithms.sac import sac
 from agents.runs import run_config, run_settings
-from benchmarks import sb3_sac_runner, train_throughput
+from benchmarks import peer_runner, sb3_sac_runner, train_throughput
 
 # train_throughput's flags (--tasks, --systems, --seeds, --gin_bindings, --output_json,
 # --workdir, --peers_python, --sb3_torch_threads, --sb3_vec_env, --poll_secs) serve here too,
@@ -89,8 +89,8 @@ TRAIN_KEYS = ('env_id', 'env_kwargs', 'wrappers', 'total_steps', 'num_envs', 'ev
 
 def _read_settings():
     """The settings table of the loaded gin configuration."""
-    train = train_throughput._reader('train', run_settings.RunSettings)
-    agent = train_throughput._reader('SAC', sac.SAC.__init__)
+    train = train_throughput.gin_reader('train', run_settings.RunSettings)
+    agent = train_throughput.gin_reader('SAC', sac.SAC.__init__)
     algorithm = train('algorithm')
     if algorithm != 'SAC':
         raise run_config.ConfigError(f'train.algorithm = @{algorithm}: not SAC')
@@ -135,7 +135,7 @@ def sac_settings(task, num_envs=None, total_steps=None, extra_bindings=()):
         gin.clear_config()
     try:
         sb3_sac_runner.check_settings(settings)
-    except sb3_sac_runner.UnsupportedSetting as error:
+    except peer_runner.UnsupportedSetting as error:
         # Named as the gin parameter it came from.
         prefix = 'train' if error.key in TRAIN_KEYS else 'SAC'
         raise run_config.ConfigError(f'{prefix}.{error}' if error.key else str(error)) from None
@@ -146,15 +146,13 @@ def our_backend(gin_files, bindings):
     """`train.env_backend` of our side's configuration (SB3 steps Gymnasium's environments)."""
     run_config.load(gin_files, bindings)
     try:
-        return train_throughput._reader('train', run_settings.RunSettings)('env_backend')
+        return train_throughput.gin_reader('train', run_settings.RunSettings)('env_backend')
     finally:
         gin.clear_config()
 
 
 def sb3_command(python, settings, logdir, seed, time_gradient_steps=0):
-    command = [python, os.path.join(train_throughput.HERE, 'sb3_sac_runner.py'),
-               f'--config={json.dumps(settings)}', f'--logdir={logdir}', f'--seed={seed}',
-               f'--torch_threads={FLAGS.sb3_torch_threads}', f'--vec_env={FLAGS.sb3_vec_env}']
+    command = train_throughput.sb3_command(python, settings, logdir, seed, 'sb3_sac_runner.py')
     if time_gradient_steps:
         command.append(f'--time_gradient_steps={time_gradient_steps}')
     return command
@@ -179,7 +177,7 @@ def time_our_gradient_steps(gin_files, bindings, count, warmup=20):
         agent = sac.SAC(observ_shape, action_size, settings.num_envs)
     finally:
         gin.clear_config()
-    fill = max(agent._batch_size, agent.cadence.learning_starts) + 1
+    fill = max(agent.batch_size, agent.cadence.learning_starts) + 1
     random = tf.random.Generator.from_seed(0)
     agent.buffer.add({
         'observ': random.uniform([fill, *observ_shape], -1.0, 1.0),
@@ -240,13 +238,13 @@ def summarize(runs, systems, settings, threshold):
         summary[system] = {
             'seeds': [run['seed'] for run in selected],
             'steady_sps': steady,
-            'median_steady_sps': train_throughput._median(steady),
-            'steady_wall_sps': train_throughput._median(
+            'median_steady_sps': train_throughput.median(steady),
+            'steady_wall_sps': train_throughput.median(
                 [run['steady_wall_sps'] for run in selected]),
-            'overall_sps': train_throughput._median([run['overall_sps'] for run in selected]),
+            'overall_sps': train_throughput.median([run['overall_sps'] for run in selected]),
             'threshold_steps': [run['threshold_step'] for run in selected],
             'final_returns': [run['final_return'] for run in selected],
-            'wall_s': train_throughput._median([run['wall_s'] for run in selected]),
+            'wall_s': train_throughput.median([run['wall_s'] for run in selected]),
         }
         for run in selected:
             by_seed.setdefault(run['seed'], {})[system] = run
@@ -255,7 +253,7 @@ def summarize(runs, systems, settings, threshold):
               if {'ours', 'sb3'} <= set(pair) and pair['ours']['steady_sps']
               and pair['sb3']['steady_sps']]
     if ratios:
-        summary['ratio'] = {'per_seed': ratios, 'median': train_throughput._median(ratios),
+        summary['ratio'] = {'per_seed': ratios, 'median': train_throughput.median(ratios),
                             'min': min(ratios), 'max': max(ratios)}
     return summary
 
@@ -335,20 +333,8 @@ def format_report(summary, systems, settings, task, timings=None, loads=(), back
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-    if len(FLAGS.tasks) != 1 or FLAGS.tasks[0] not in TASKS:
-        raise app.UsageError(f'--tasks: one of {", ".join(sorted(TASKS))}, got {FLAGS.tasks}')
-    systems = list(FLAGS.systems)
-    unknown = [system for system in systems if system not in SYSTEMS]
-    if unknown:
-        raise app.UsageError(f'Unknown systems {unknown}; known: {", ".join(SYSTEMS)}')
-    if FLAGS.baseline_tree:
-        raise app.UsageError('--baseline_tree: not supported by this benchmark')
-    if FLAGS.budget:
-        raise app.UsageError('--budget: use --total_steps')
-    if FLAGS.seeds < 1:
-        raise app.UsageError('--seeds must be positive')
+    systems = train_throughput.check_learning_flags(argv, TASKS, SYSTEMS, one_task=True,
+                                                    budget_instead='--total_steps')
     for name in ('num_envs', 'total_steps'):
         if FLAGS[name].value is not None and FLAGS[name].value < 1:
             raise app.UsageError(f'--{name} must be positive')

@@ -13,7 +13,7 @@ import textwrap
 from absl.testing import absltest
 
 from agents.runs import run_config
-from benchmarks import sac_learning, sb3_sac_runner, train_throughput
+from benchmarks import peer_runner, sac_learning, sb3_sac_runner, train_throughput
 
 TASK = sac_learning.TASKS['pendulum']
 # The settings key of each gin parameter the config may bind; IGNORED are bindings that do not
@@ -167,9 +167,9 @@ class Sb3KwargsTest(absltest.TestCase):
                  'unknown keys': {'rollout_length': 8}}
         for name, change in cases.items():
             with self.subTest(name=name), self.assertRaisesRegex(
-                    sb3_sac_runner.UnsupportedSetting, name):
+                    peer_runner.UnsupportedSetting, name):
                 sb3_sac_runner.sb3_sac_kwargs(dict(base, **change))
-        with self.assertRaisesRegex(sb3_sac_runner.UnsupportedSetting, 'missing keys'):
+        with self.assertRaisesRegex(peer_runner.UnsupportedSetting, 'missing keys'):
             sb3_sac_runner.sb3_sac_kwargs({key: base[key] for key in list(base)[1:]})
 
     def test_the_runner_refuses_before_importing_torch(self):

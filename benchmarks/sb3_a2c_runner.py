@@ -8,16 +8,18 @@ deterministic episodes on separate environments after the update in which `eval_
 more steps were reached, and at the end.
 
 The translation of the settings into A2C's arguments, `sb3_a2c_kwargs`, and the checks that
-refuse what SB3 cannot express, import only the standard library, so that the benchmark and its
-test (in the main venv, without torch) use them too; torch, SB3 and sb3_runner.py are imported
-only to train.
+refuse what SB3 cannot express, import only the standard library (and peer_runner.py, the
+runners' shared part), so that the benchmark and its test (in the main venv, without torch) use
+them too; torch, SB3 and sb3_runner.py are imported only to train.
 """
 
-import argparse
-import json
 import math
-import os
 import sys
+
+if __package__:  # benchmarks.sb3_a2c_runner, imported by the benchmark and its test.
+    from benchmarks import peer_runner
+else:  # A script of the peers' python, which finds peer_runner.py beside it.
+    import peer_runner
 
 SETTINGS = (
     'env_id', 'env_kwargs', 'wrappers', 'total_steps', 'num_envs', 'rollout_length',
@@ -36,31 +38,22 @@ ACTIVATIONS = ('tanh', 'relu')  # Resolved to torch.nn.Tanh, torch.nn.ReLU.
 OPTIMIZERS = ('rmsprop', 'adam')  # Resolved to torch.optim.RMSprop, torch.optim.Adam.
 
 
-class UnsupportedSetting(ValueError):
-    """A setting SB3's A2C cannot run as BatchPPO does; the message names it, `key` too (None
-    for missing or unknown keys)."""
-
-    def __init__(self, message, key=None):
-        super().__init__(message)
-        self.key = key
-
-
 def check_settings(settings):
-    """Raises UnsupportedSetting for missing or unknown keys and values SB3 cannot express."""
-    missing = [key for key in SETTINGS if key not in settings]
-    unknown = [key for key in settings if key not in SETTINGS]
-    if missing or unknown:
-        raise UnsupportedSetting(f'settings: missing keys {missing}, unknown keys {unknown}')
+    """Raises peer_runner.UnsupportedSetting for missing or unknown keys and values SB3 cannot
+    express."""
+    peer_runner.check_keys(settings, SETTINGS)
     choices = {'wrappers': WRAPPERS, 'policy_network': POLICIES, 'activation': ACTIVATIONS,
                'optimizer': OPTIMIZERS}
     for key, allowed in choices.items():
         value = tuple(settings[key]) if key == 'wrappers' else settings[key]
         if value not in allowed:
-            raise UnsupportedSetting(f'{key} = {settings[key]!r}: the SB3 A2C comparison '
-                                     f'supports only {" or ".join(map(repr, allowed))}', key)
+            raise peer_runner.UnsupportedSetting(
+                f'{key} = {settings[key]!r}: the SB3 A2C comparison supports only '
+                f'{" or ".join(map(repr, allowed))}', key)
     if settings['policy_network'] == 'FeedForwardGaussianPolicy' and not settings['init_std']:
-        raise UnsupportedSetting(f'init_std = {settings["init_std"]!r}: a Gaussian policy needs '
-                                 'a positive initial std', 'init_std')
+        raise peer_runner.UnsupportedSetting(
+            f'init_std = {settings["init_std"]!r}: a Gaussian policy needs a positive initial '
+            'std', 'init_std')
 
 
 def iterations(settings):
@@ -170,41 +163,21 @@ def make_model(settings, seed, vec_env='dummy'):
     """(SB3 A2C, its VecNormalize, env steps to learn), configured as the BatchPPO run."""
     import sb3_runner
     from stable_baselines3 import A2C
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import VecNormalize
 
     kwargs = resolve(sb3_a2c_kwargs(settings))
-    env_fns = [lambda: sb3_runner.make_env(settings)] * settings['num_envs']
-    venv = SubprocVecEnv(env_fns) if vec_env == 'subproc' else DummyVecEnv(env_fns)
-    venv = VecNormalize(venv, **vec_normalize_kwargs(settings))
+    venv = VecNormalize(sb3_runner.make_vec_env(settings, vec_env),
+                        **vec_normalize_kwargs(settings))
     model = A2C('MlpPolicy', venv, seed=seed, device='cpu', verbose=0, **kwargs)
     return model, venv, iterations(settings)[1]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--config', required=True, help='JSON object with the keys of SETTINGS.')
-    parser.add_argument('--logdir', required=True)
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--torch_threads', type=int, default=1)
-    parser.add_argument('--vec_env', choices=('dummy', 'subproc'), default='dummy')
-    args = parser.parse_args(argv)
-    settings = json.loads(args.config)
-    try:
-        check_settings(settings)
-    except UnsupportedSetting as error:
-        parser.error(f'--config: {error}')
-    import torch
-
-    torch.set_num_threads(args.torch_threads)
-    os.makedirs(args.logdir, exist_ok=True)
-    model, venv, total_steps = make_model(settings, args.seed, args.vec_env)
+    args, settings = peer_runner.parse_config(peer_runner.argument_parser(__doc__), argv,
+                                              check_settings)
     import sb3_runner
 
-    evaluator = sb3_runner.Evaluator(settings, venv, args.logdir, args.seed)
-    model.learn(total_timesteps=total_steps, callback=evaluator)
-    evaluator.finish()
-    venv.close()
-    return 0
+    return sb3_runner.run(args, settings, make_model)
 
 
 if __name__ == '__main__':

@@ -9,16 +9,19 @@ taken after the update in which `eval_every_steps` more steps were reached, and 
 
 Where SB3 and BatchPPO differ in how a setting is expressed, it is translated so that the same
 algorithm runs (see `make_model`); the README of benchmarks/ lists what remains different.
+
+The A2C and SAC runners (sb3_a2c_runner.py, sb3_sac_runner.py) use its environments
+(`make_env`, `make_vec_env`), its evaluator and its training (`build`, `run`); what every
+runner shares without SB3 is benchmarks/peer_runner.py's.
 """
 
-import argparse
-import json
 import os
 import sys
 import time
 
 import gymnasium as gym
 import numpy as np
+import peer_runner  # Beside this script, which only the peers' python runs.
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
@@ -32,7 +35,15 @@ SETTINGS = (
     'observ_clip', 'scale_reward', 'reward_clip', 'policy_hidden_sizes', 'value_hidden_sizes',
     'activation', 'init_std')
 ACTIVATIONS = {'tanh': torch.nn.Tanh, 'relu': torch.nn.ReLU}
-EVAL_SEED_OFFSET = 1_000_000  # As BatchPPO's trainer: eval envs never share seeds with training.
+
+
+def check_settings(settings):
+    """Raises peer_runner.UnsupportedSetting for missing or unknown keys and an activation SB3's
+    PPO runner does not have."""
+    peer_runner.check_keys(settings, SETTINGS)
+    if settings['activation'] not in ACTIVATIONS:
+        raise peer_runner.UnsupportedSetting(
+            f'activation must be one of {sorted(ACTIVATIONS)}', 'activation')
 
 
 def range_normalize(env):
@@ -60,14 +71,18 @@ def make_env(settings):
     return range_normalize(env) if tuple(settings.get('wrappers', ('default',))) else env
 
 
+def make_vec_env(settings, vec_env):
+    """SB3's vector env ('dummy' or 'subproc') of settings['num_envs'] environments."""
+    env_fns = [lambda: make_env(settings)] * settings['num_envs']
+    return SubprocVecEnv(env_fns) if vec_env == 'subproc' else DummyVecEnv(env_fns)
+
+
 def make_model(settings, seed, vec_env):
     """SB3 PPO plus its VecNormalize, configured as the BatchPPO run."""
-    env_fns = [lambda: make_env(settings)] * settings['num_envs']
-    venv = SubprocVecEnv(env_fns) if vec_env == 'subproc' else DummyVecEnv(env_fns)
     venv = VecNormalize(
-        venv, norm_obs=settings['normalize_observ'], norm_reward=settings['scale_reward'],
-        clip_obs=settings['observ_clip'] or np.inf, clip_reward=settings['reward_clip'] or np.inf,
-        gamma=settings['discount'], epsilon=1e-8)
+        make_vec_env(settings, vec_env), norm_obs=settings['normalize_observ'],
+        norm_reward=settings['scale_reward'], clip_obs=settings['observ_clip'] or np.inf,
+        clip_reward=settings['reward_clip'] or np.inf, gamma=settings['discount'], epsilon=1e-8)
     steps_per_iteration = settings['num_envs'] * settings['rollout_length']
     num_iterations = -(-settings['total_steps'] // steps_per_iteration)
     learning_rate = settings['learning_rate']
@@ -113,11 +128,11 @@ class Evaluator(BaseCallback):
         super().__init__()
         self._settings = settings
         self._venv = venv
-        self._path = os.path.join(logdir, 'metrics.jsonl')
+        self._logdir = logdir
         self._envs = [make_env(settings) for _ in range(settings['eval_episodes'])]
         for index, env in enumerate(self._envs):
-            env.reset(seed=seed + EVAL_SEED_OFFSET + index)
-            env.action_space.seed(seed + EVAL_SEED_OFFSET + index)
+            env.reset(seed=seed + peer_runner.EVAL_SEED_OFFSET + index)
+            env.action_space.seed(seed + peer_runner.EVAL_SEED_OFFSET + index)
         self._start = None
         self._eval_seconds = 0.0
         self._last_eval_step = 0
@@ -144,17 +159,9 @@ class Evaluator(BaseCallback):
         self._eval_seconds += time.time() - began
         self._last_eval_step = steps = self.model.num_timesteps
         train_seconds = time.time() - self._start - self._eval_seconds
-        record = {
-            'step': steps,
-            'mean_return': float(np.mean(returns)),
-            'std_return': float(np.std(returns)),
-            'episodes': len(returns),
-            'mean_length': float(np.mean(lengths)),
-            'env_steps_per_sec': steps / max(train_seconds, 1e-9),
-            'wall_time_s': time.time() - self._start,
-        }
-        with open(self._path, 'a', encoding='utf-8') as f:
-            f.write(json.dumps(record) + '\n')
+        peer_runner.append_metrics(self._logdir, peer_runner.evaluation_record(
+            steps, returns, lengths, steps / max(train_seconds, 1e-9),
+            time.time() - self._start))
 
     def _episodes(self):
         """One episode of the deterministic policy per eval env, observations normalized by the
@@ -174,29 +181,31 @@ class Evaluator(BaseCallback):
         return returns, lengths
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--config', required=True, help='JSON object with the keys of SETTINGS.')
-    parser.add_argument('--logdir', required=True)
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--torch_threads', type=int, default=1)
-    parser.add_argument('--vec_env', choices=('dummy', 'subproc'), default='dummy')
-    args = parser.parse_args(argv)
-    settings = json.loads(args.config)
-    missing = [key for key in SETTINGS if key not in settings]
-    unknown = [key for key in settings if key not in SETTINGS]
-    if missing or unknown:
-        parser.error(f'--config: missing keys {missing}, unknown keys {unknown}')
-    if settings['activation'] not in ACTIVATIONS:
-        parser.error(f'--config: activation must be one of {sorted(ACTIVATIONS)}')
+def build(args, settings, make_model):
+    """(model, venv, env steps to learn) of `make_model(settings, seed, vec_env)` as the
+    command line `args` asks, torch's threads set and the log folder made."""
     torch.set_num_threads(args.torch_threads)
     os.makedirs(args.logdir, exist_ok=True)
-    model, venv, total_steps = make_model(settings, args.seed, args.vec_env)
-    evaluator = Evaluator(settings, venv, args.logdir, args.seed)
+    return make_model(settings, args.seed, args.vec_env)
+
+
+def run(args, settings, make_model, observ_normalizer=None):
+    """Trains `build`'s model to its end, evaluated by an Evaluator into metrics.jsonl (its
+    observations normalized by `observ_normalizer`, by default the model's vector env); closes
+    the vector env. Returns 0, the exit status."""
+    model, venv, total_steps = build(args, settings, make_model)
+    evaluator = Evaluator(settings, venv if observ_normalizer is None else observ_normalizer,
+                          args.logdir, args.seed)
     model.learn(total_timesteps=total_steps, callback=evaluator)
     evaluator.finish()
     venv.close()
     return 0
+
+
+def main(argv=None):
+    args, settings = peer_runner.parse_config(peer_runner.argument_parser(__doc__), argv,
+                                              check_settings)
+    return run(args, settings, make_model)
 
 
 if __name__ == '__main__':

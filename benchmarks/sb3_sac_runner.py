@@ -12,16 +12,19 @@ the environment and prints, as one JSON line, the seconds of K calls of one grad
 one call of K (`time_gradient_steps`): the cost of a gradient step alone.
 
 The translation of the settings into SAC's arguments, `sb3_sac_kwargs`, and the checks that
-refuse what SB3 cannot express, import only the standard library, so that the benchmark and its
-test (in the main venv, without torch) use them too; torch, SB3 and sb3_runner.py are imported
-only to train.
+refuse what SB3 cannot express, import only the standard library (and peer_runner.py, the
+runners' shared part), so that the benchmark and its test (in the main venv, without torch) use
+them too; torch, SB3 and sb3_runner.py are imported only to train.
 """
 
-import argparse
 import json
-import os
 import sys
 import time
+
+if __package__:  # benchmarks.sb3_sac_runner, imported by the benchmark and its test.
+    from benchmarks import peer_runner
+else:  # A script of the peers' python, which finds peer_runner.py beside it.
+    import peer_runner
 
 SETTINGS = (
     'env_id', 'env_kwargs', 'wrappers', 'total_steps', 'num_envs', 'eval_every_steps',
@@ -41,60 +44,49 @@ ACTIVATIONS = ('relu', 'tanh')  # Resolved to torch.nn.ReLU, torch.nn.Tanh.
 TORCH_ADAM_EPSILON = 1e-8
 
 
-class UnsupportedSetting(ValueError):
-    """A setting SB3's SAC cannot run as BatchPPO does; the message names it, `key` too (None
-    for missing or unknown keys)."""
-
-    def __init__(self, message, key=None):
-        super().__init__(message)
-        self.key = key
-
-
 def _positive_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def check_settings(settings):
-    """Raises UnsupportedSetting for missing or unknown keys and values SB3 cannot express."""
-    missing = [key for key in SETTINGS if key not in settings]
-    unknown = [key for key in settings if key not in SETTINGS]
-    if missing or unknown:
-        raise UnsupportedSetting(f'settings: missing keys {missing}, unknown keys {unknown}')
+    """Raises peer_runner.UnsupportedSetting for missing or unknown keys and values SB3 cannot
+    express."""
+    peer_runner.check_keys(settings, SETTINGS)
     if tuple(settings['wrappers']) not in WRAPPERS:
-        raise UnsupportedSetting(
+        raise peer_runner.UnsupportedSetting(
             f'wrappers = {settings["wrappers"]!r}: the SB3 SAC comparison supports only '
             f'{" or ".join(repr(list(wrappers)) for wrappers in WRAPPERS)}', 'wrappers')
     if settings['activation'] not in ACTIVATIONS:
-        raise UnsupportedSetting(
+        raise peer_runner.UnsupportedSetting(
             f'activation = {settings["activation"]!r}: the SB3 SAC comparison supports only '
             f'{" or ".join(map(repr, ACTIVATIONS))}', 'activation')
     for key in ('num_envs', 'train_freq', 'gradient_steps', 'batch_size', 'buffer_size'):
         if not _positive_int(settings[key]):
-            raise UnsupportedSetting(f'{key} = {settings[key]!r}: must be a positive integer',
-                                     key)
+            raise peer_runner.UnsupportedSetting(
+                f'{key} = {settings[key]!r}: must be a positive integer', key)
     if settings['target_update_interval'] != 1:
         # SB3 counts gradient steps within each training phase (the targets follow at its
         # steps 0, k, 2k, ...), BatchPPO over the whole run: the same only for 1.
-        raise UnsupportedSetting(
+        raise peer_runner.UnsupportedSetting(
             f'target_update_interval = {settings["target_update_interval"]!r}: SB3 counts it '
             'within each training phase, BatchPPO over the run; the comparison supports only '
             '1', 'target_update_interval')
     for key in ('actor_learning_rate', 'critic_learning_rate', 'ent_coef_learning_rate'):
         if settings[key] is not None and settings[key] != settings['learning_rate']:
-            raise UnsupportedSetting(
+            raise peer_runner.UnsupportedSetting(
                 f'{key} = {settings[key]!r}: SB3 has one learning rate for actor, critics and '
                 f'temperature (learning_rate = {settings["learning_rate"]!r})', key)
     if settings['learn_ent_coef'] and settings['adam_epsilon'] != TORCH_ADAM_EPSILON:
-        raise UnsupportedSetting(
+        raise peer_runner.UnsupportedSetting(
             f'adam_epsilon = {settings["adam_epsilon"]!r}: SB3\'s temperature optimizer is '
             f'torch\'s Adam with epsilon {TORCH_ADAM_EPSILON:g}, which it does not let one '
             'change', 'adam_epsilon')
     target = settings['target_entropy']
     if target != 'auto' and (isinstance(target, bool) or not isinstance(target, int | float)):
-        raise UnsupportedSetting(f"target_entropy = {target!r}: must be 'auto' or a number",
-                                 'target_entropy')
+        raise peer_runner.UnsupportedSetting(
+            f"target_entropy = {target!r}: must be 'auto' or a number", 'target_entropy')
     if not settings['ent_coef_init'] > 0:
-        raise UnsupportedSetting(
+        raise peer_runner.UnsupportedSetting(
             f'ent_coef_init = {settings["ent_coef_init"]!r}: must be positive', 'ent_coef_init')
 
 
@@ -171,11 +163,9 @@ def make_model(settings, seed, vec_env='dummy'):
     """(SB3 SAC, its vector env, env steps to learn), configured as the BatchPPO run."""
     import sb3_runner
     from stable_baselines3 import SAC
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     kwargs = resolve(sb3_sac_kwargs(settings))
-    env_fns = [lambda: sb3_runner.make_env(settings)] * settings['num_envs']
-    venv = SubprocVecEnv(env_fns) if vec_env == 'subproc' else DummyVecEnv(env_fns)
+    venv = sb3_runner.make_vec_env(settings, vec_env)
     model = SAC('MlpPolicy', venv, seed=seed, device='cpu', verbose=0, **kwargs)
     return model, venv, iterations(settings)[1]
 
@@ -209,36 +199,18 @@ def time_gradient_steps(model, venv, count, warmup=20):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--config', required=True, help='JSON object with the keys of SETTINGS.')
-    parser.add_argument('--logdir', required=True)
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--torch_threads', type=int, default=1)
-    parser.add_argument('--vec_env', choices=('dummy', 'subproc'), default='dummy')
+    parser = peer_runner.argument_parser(__doc__)
     parser.add_argument('--time_gradient_steps', type=int, default=0,
                         help='Time this many gradient steps instead of training.')
-    args = parser.parse_args(argv)
-    settings = json.loads(args.config)
-    try:
-        check_settings(settings)
-    except UnsupportedSetting as error:
-        parser.error(f'--config: {error}')
-    import torch
+    args, settings = peer_runner.parse_config(parser, argv, check_settings)
+    import sb3_runner
 
-    torch.set_num_threads(args.torch_threads)
-    os.makedirs(args.logdir, exist_ok=True)
-    model, venv, total_steps = make_model(settings, args.seed, args.vec_env)
     if args.time_gradient_steps:
+        model, venv, _ = sb3_runner.build(args, settings, make_model)
         print(json.dumps(time_gradient_steps(model, venv, args.time_gradient_steps)))
         venv.close()
         return 0
-    import sb3_runner
-
-    evaluator = sb3_runner.Evaluator(settings, _Unnormalized(), args.logdir, args.seed)
-    model.learn(total_timesteps=total_steps, callback=evaluator)
-    evaluator.finish()
-    venv.close()
-    return 0
+    return sb3_runner.run(args, settings, make_model, _Unnormalized())
 
 
 if __name__ == '__main__':

@@ -171,7 +171,11 @@ def _parameter(name, function):
     return value
 
 
-def _reader(configurable, function):
+def gin_reader(configurable, function):
+    """`read(parameter)`: the value of `configurable.parameter` in the loaded gin configuration,
+    else `function`'s default (a reference or a class by its name). Public: the benchmarks that
+    compare another algorithm of ours with its peer (a2c_learning, sac_learning) read their
+    settings tables with it, as `shared_settings` does."""
     return lambda parameter: _parameter(f'{configurable}.{parameter}', function)
 
 
@@ -181,10 +185,11 @@ def shared_settings(task, budget, extra_bindings=()):
     bindings = list(task.gin_bindings) + list(extra_bindings) + [f'train.total_steps = {budget}']
     run_config.load(gin_files, bindings)
     try:
-        train = _reader('train', run_settings.RunSettings)
-        agent = _reader('PPO', ppo.PPO.__init__)
-        policy = _reader('FeedForwardGaussianPolicy', networks.FeedForwardGaussianPolicy.__init__)
-        value = _reader('FeedForwardValue', networks.FeedForwardValue.__init__)
+        train = gin_reader('train', run_settings.RunSettings)
+        agent = gin_reader('PPO', ppo.PPO.__init__)
+        policy = gin_reader('FeedForwardGaussianPolicy',
+                            networks.FeedForwardGaussianPolicy.__init__)
+        value = gin_reader('FeedForwardValue', networks.FeedForwardValue.__init__)
         for name, expected in REQUIRED.items():
             found = _parameter(name, run_settings.RunSettings if name.startswith('train.')
                                else ppo.PPO.__init__)
@@ -342,8 +347,10 @@ def ours_command(gin_files, bindings, logdir, seed, tree=run_config.PACKAGE_ROOT
             [f'--gin_bindings={binding}' for binding in bindings])
 
 
-def sb3_command(python, settings, logdir, seed):
-    return [python, os.path.join(HERE, 'sb3_runner.py'), f'--config={json.dumps(settings)}',
+def sb3_command(python, settings, logdir, seed, runner='sb3_runner.py'):
+    """The peers' `python` running `runner` (beside this file: sb3_runner.py for PPO, or
+    sb3_a2c_runner.py, sb3_sac_runner.py) on the settings, with the --sb3_* flags."""
+    return [python, os.path.join(HERE, runner), f'--config={json.dumps(settings)}',
             f'--logdir={logdir}', f'--seed={seed}',
             f'--torch_threads={FLAGS.sb3_torch_threads}', f'--vec_env={FLAGS.sb3_vec_env}']
 
@@ -399,14 +406,16 @@ def curves(runs, systems, eval_every_steps):
         for step in steps:
             values = [_value_at(run['evals'], step, eval_every_steps / 2) for run in selected]
             values = [value for value in values if value is not None]
-            columns['median'].append(_median(values))
+            columns['median'].append(median(values))
             columns['min'].append(min(values) if values else None)
             columns['max'].append(max(values) if values else None)
         result[system] = columns
     return result
 
 
-def _median(values):
+def median(values):
+    """The median of `values` without the Nones (runs that lack the figure); None if nothing is
+    left. Public: the other benchmarks' summaries (a2c_learning, sac_learning) take it too."""
     values = [value for value in values if value is not None]
     return statistics.median(values) if values else None
 
@@ -434,12 +443,12 @@ def summarize(runs, tasks, systems):
             selected = [run for run in runs if run['task'] == task and run['system'] == system]
             if not selected:
                 continue
-            medians = {key: _median([run.get(key) for run in selected]) for key in SUMMARY_KEYS}
+            medians = {key: median([run.get(key) for run in selected]) for key in SUMMARY_KEYS}
             # A seed that never reached the threshold counts as slower than every other one.
             for key in ('to_threshold_s', 'train_to_threshold_s'):
-                median = _median([math.inf if run.get(key) is None else run[key]
-                                  for run in selected])
-                medians[key] = None if median == math.inf else median
+                middle = median([math.inf if run.get(key) is None else run[key]
+                                 for run in selected])
+                medians[key] = None if middle == math.inf else middle
             medians['reached'] = sum(run['to_threshold_s'] is not None for run in selected)
             medians['seeds'] = len(selected)
             summary[task][system] = medians
@@ -534,15 +543,49 @@ def format_table(summary, tasks, loads=()):
     return '\n'.join(lines)
 
 
-def parse_budgets(entries, tasks):
-    budgets = {task: TASKS[task].budget for task in tasks}
+def parse_budgets(entries, tasks=(), known=TASKS):
+    """{task: steps}: each of `tasks`' own budget (`known[task].budget`), and those of the
+    --budget entries 'task=steps', whose tasks must be in `known` (a2c_learning gives its own
+    TASKS and no `tasks`: the overrides alone)."""
+    budgets = {task: known[task].budget for task in tasks}
     for entry in entries:
         task, _, steps = entry.partition('=')
-        if task not in TASKS or not steps.isdigit() or int(steps) < 1:
+        if task not in known or not steps.isdigit() or int(steps) < 1:
             raise app.UsageError(f"--budget={entry!r}: expected 'task=steps' with a task in "
-                                 f'{sorted(TASKS)} and a positive number of steps')
+                                 f'{sorted(known)} and a positive number of steps')
         budgets[task] = int(steps)
     return budgets
+
+
+def check_learning_flags(argv, tasks, systems, one_task=False, budget_instead=None):
+    """The checks of these flags in a benchmark that adopts them to run ours against one peer
+    on its own `tasks` (a2c_learning, sac_learning); returns --systems, a list.
+
+    Raises app.UsageError for arguments besides the flags, --tasks not in `tasks` (with
+    `one_task`: not exactly one of them), --systems not in `systems`, --baseline_tree (no such
+    system there), --budget when `budget_instead` names the flag to use instead, and --seeds
+    below 1.
+    """
+    if len(argv) > 1:
+        raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    if one_task:
+        if len(FLAGS.tasks) != 1 or FLAGS.tasks[0] not in tasks:
+            raise app.UsageError(f'--tasks: one of {", ".join(sorted(tasks))}, got {FLAGS.tasks}')
+    else:
+        unknown = [task for task in FLAGS.tasks if task not in tasks]
+        if unknown:
+            raise app.UsageError(f'Unknown tasks {unknown}; known: {sorted(tasks)}')
+    chosen = list(FLAGS.systems)
+    unknown = [system for system in chosen if system not in systems]
+    if unknown:
+        raise app.UsageError(f'Unknown systems {unknown}; known: {", ".join(systems)}')
+    if FLAGS.baseline_tree:
+        raise app.UsageError('--baseline_tree: not supported by this benchmark')
+    if budget_instead and FLAGS.budget:
+        raise app.UsageError(f'--budget: use {budget_instead}')
+    if FLAGS.seeds < 1:
+        raise app.UsageError('--seeds must be positive')
+    return chosen
 
 
 def write_output(path, runs, summary, settings_by_task):

@@ -11,7 +11,8 @@ import subprocess
 import sys
 import textwrap
 
-from absl.testing import absltest
+from absl import app
+from absl.testing import absltest, flagsaver
 
 from agents.runs import run_config
 from benchmarks import train_throughput
@@ -340,9 +341,51 @@ class SummaryTest(absltest.TestCase):
     def test_parse_budgets(self):
         self.assertEqual(train_throughput.parse_budgets(['pendulum=5000'], ['pendulum']),
                          {'pendulum': 5000})
+        self.assertEqual(train_throughput.parse_budgets([], ['pendulum', 'cheetah']),
+                         {'pendulum': 100_000, 'cheetah': 50_000})
+        # Another benchmark's tasks: the overrides alone.
+        self.assertEqual(train_throughput.parse_budgets(['cartpole=2000'], known={'cartpole': 0}),
+                         {'cartpole': 2000})
         for entry in ('pendulum', 'pendulum=0', 'pendulum=x', 'nosuchtask=5'):
             with self.subTest(entry=entry), self.assertRaisesRegex(Exception, 'task=steps'):
                 train_throughput.parse_budgets([entry], ['pendulum'])
+
+
+class LearningFlagsTest(absltest.TestCase):
+    """check_learning_flags, which a2c_learning and sac_learning run on these flags."""
+
+    TASKS = {'cartpole': None, 'pendulum': None}
+    SYSTEMS = ('ours', 'sb3')
+
+    def check(self, argv=('learning',), **kwargs):
+        return train_throughput.check_learning_flags(list(argv), self.TASKS, self.SYSTEMS,
+                                                     **kwargs)
+
+    @flagsaver.flagsaver(tasks=['pendulum', 'cartpole'], systems=['sb3', 'ours'], seeds=2)
+    def test_returns_the_systems(self):
+        self.assertEqual(self.check(), ['sb3', 'ours'])
+
+    def test_refusals_name_the_flag(self):
+        cases = [
+            ({}, {'argv': ('learning', 'extra')}, 'Unexpected arguments: extra'),
+            ({'tasks': ['pendulum', 'cheetah']}, {}, r"Unknown tasks \['cheetah'\]; known: "
+             r"\['cartpole', 'pendulum'\]"),
+            ({'tasks': ['pendulum', 'cartpole']}, {'one_task': True},
+             r"--tasks: one of cartpole, pendulum, got \['pendulum', 'cartpole'\]"),
+            ({'systems': ['ours', 'rejax']}, {}, r"Unknown systems \['rejax'\]; known: ours, sb3"),
+            ({'baseline_tree': '/tmp/main'}, {}, '--baseline_tree: not supported'),
+            ({'budget': ['pendulum=5000']}, {'budget_instead': '--total_steps'},
+             '--budget: use --total_steps'),
+            ({'seeds': 0}, {}, '--seeds must be positive'),
+        ]
+        for values, kwargs, message in cases:
+            with self.subTest(message=message), flagsaver.flagsaver(
+                    **{'tasks': ['pendulum'], **values}), self.assertRaisesRegex(
+                    app.UsageError, message):
+                self.check(**kwargs)
+        # --budget is allowed where no other flag replaces it.
+        with flagsaver.flagsaver(tasks=['pendulum'], budget=['pendulum=5000']):
+            self.assertEqual(self.check(), list(train_throughput.FLAGS.systems))
 
 
 if __name__ == '__main__':

@@ -68,6 +68,9 @@ class Algorithm(tf.Module):
     # The argument that chooses the policy network (which fits discrete or continuous actions),
     # for the message that names it; None: the algorithm's policy is its own, for one kind.
     POLICY_NETWORK_ARGUMENT = None
+    # (low, high): the range every component of a continuous action falls in (e.g. a
+    # tanh-squashed policy's (-1, 1)), which a bounded action space must match; None: any.
+    ACTION_BOUNDS = None
 
     @property
     def cadence(self):

@@ -1,6 +1,7 @@
 """The agent of a run: its algorithm built for the run's spaces, or a population of it."""
 
 import gymnasium as gym
+import numpy as np
 
 from agents.algorithms import algorithm as algorithm_lib
 from agents.runs import environments, run_config
@@ -54,4 +55,21 @@ def build_algorithm(algorithm, observation_space, action_space, num_envs, seed,
         raise run_config.ConfigError(
             f'the policy network {policy} acts with {agent.action_dtype.name} actions but the '
             f'environment\'s action space {action_space} is {kind}; {remedy}')
+    _check_action_bounds(agent, action_space)
     return agent
+
+
+def _check_action_bounds(agent, action_space):
+    """Refuses a bounded Box action space whose bounds are not the algorithm's action range
+    (its actions would cover part of the space, or exceed it)."""
+    if agent.ACTION_BOUNDS is None or not isinstance(action_space, gym.spaces.Box):
+        return
+    low, high = agent.ACTION_BOUNDS
+    mismatched = ((np.isfinite(action_space.low) & (action_space.low != low))
+                  | (np.isfinite(action_space.high) & (action_space.high != high)))
+    if mismatched.any():
+        name = type(agent).__name__
+        raise run_config.ConfigError(
+            f'{name} acts in [{low:g}, {high:g}] but the environment\'s action space '
+            f'{action_space} has other bounds; add \'range_normalize\' to train.wrappers, '
+            f'which rescales the actions\' bounds to [-1, 1]')

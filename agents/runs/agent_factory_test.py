@@ -66,6 +66,26 @@ class AgentFactoryTest(absltest.TestCase):
                                           gym.spaces.Discrete(2), num_envs=2, seed=0,
                                           buffer_size=16)
 
+    def test_an_action_space_outside_the_algorithms_action_range_is_refused(self):
+        sac = registry.ALGORITHMS['SAC']
+        gin.parse_config('SAC.buffer_size = 100')
+        with self.assertRaisesRegex(
+                run_config.ConfigError,
+                r"SAC acts in \[-1, 1\] but the environment's action space Box\(-2.0, 2.0, "
+                r"\(1,\), float32\) has other bounds; add 'range_normalize' to train.wrappers"):
+            agent_factory.build_algorithm(sac, PENDULUM[0], gym.spaces.Box(-2.0, 2.0, (1,)),
+                                          num_envs=1, seed=0)
+        half_bounded = gym.spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, np.inf]))
+        with self.assertRaisesRegex(run_config.ConfigError, 'has other bounds'):
+            agent_factory.build_algorithm(sac, PENDULUM[0], half_bounded, num_envs=1, seed=0)
+        # Rescaled bounds, and the unbounded space of an outer ClipAction, are SAC's range.
+        for space in (PENDULUM[1], gym.spaces.Box(-np.inf, np.inf, (2,))):
+            agent = agent_factory.build_algorithm(sac, PENDULUM[0], space, num_envs=1, seed=0)
+            self.assertEqual(agent.ACTION_BOUNDS, (-1.0, 1.0))
+        # An algorithm that declares no range takes any bounds.
+        agent_factory.build_algorithm(registry.ALGORITHMS['PPO'], PENDULUM[0],
+                                      gym.spaces.Box(-2.0, 2.0, (1,)), num_envs=2, seed=0)
+
 
 if __name__ == '__main__':
     absltest.main()

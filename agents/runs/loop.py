@@ -300,9 +300,9 @@ class TrainingRun:
 
     def _iterations(self, reset, count):
         """One compiled call of up to `count` iterations, redone on fresh environments if they
-        fail (see `on_env_failure`; Gymnasium runs one iteration per call); returns the
-        iterations run (training_step.TrainingStep). After a failed call, whose iterations
-        before the failure stand (their statistics lost), the retry runs the rest."""
+        fail (see `on_env_failure`); returns the iterations run (training_step.TrainingStep).
+        After a failed call, whose iterations before the failure stand (their statistics
+        lost), the retry runs the rest."""
         start = int(self.env_steps)
         vector_env = self._train_env.vector_env
         while True:
@@ -341,8 +341,8 @@ class TrainingRun:
         if failure is not None:
             self._restarts.restart(failure, int(self.env_steps), self.store.saved_step)
         elif evaluator.NONFINITE_ACTION in error.message:
-            # The rollout ended early; nothing was updated. The retry resets every environment:
-            # new episodes.
+            # The iteration's rollout ended early, before its update. The retry resets every
+            # environment: new episodes.
             self._on_nonfinite_batch(None, None)
         elif xla_cache.damaged(error):
             raise faults.damaged_cache(error, self.store.saved_step) from None

@@ -7,18 +7,59 @@ being copied.
 """
 
 import os
+from unittest import mock
 
 import gin
+import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
+from gymnasium.envs.classic_control import pendulum
 
 from agents.algorithms import off_policy_testing
-from agents.runs import faults, loop, metrics, run_dir
+from agents.runs import faults, loop, metrics, run_dir, training_step
 
 RUN = dict(algorithm=off_policy_testing.OffPolicyTesting, env_id='Pendulum-v1', num_envs=2,
            eval_every_steps=128, eval_episodes=1, total_steps=256, seed=1)
 BACKENDS = (dict(env_backend='gymnasium', env_mode='in_process'), dict(env_backend='native'))
+
+
+class _RaisingPendulum(gym.Wrapper):
+    """Pendulum whose first instance to reach its `STRIKE_AT`-th step raises there, once."""
+
+    STRIKE_AT = 50  # Before the first evaluation, whose environment would reach it too.
+    struck = False
+
+    def __init__(self):
+        super().__init__(pendulum.PendulumEnv())
+        self._steps = 0
+
+    def step(self, action):
+        self._steps += 1
+        if self._steps == self.STRIKE_AT and not _RaisingPendulum.struck:
+            _RaisingPendulum.struck = True
+            raise RuntimeError('injected failure')
+        return self.env.step(action)
+
+
+RAISING_PENDULUM = 'RaisingPendulumOffPolicyLoopTest-v0'
+gym.register(RAISING_PENDULUM, entry_point=_RaisingPendulum, max_episode_steps=200)
+
+
+class _CallSizes:
+    """Records the iterations asked of each training call, and of the call that raised."""
+
+    def __init__(self):
+        self.counts, self.failed = [], []
+        self._call = training_step.TrainingStep.__call__
+
+    def __call__(self, step, reset, count):
+        self.counts.append(count)
+        try:
+            return self._call(step, reset, count)
+        except tf.errors.OpError:
+            self.failed.append(count)
+            raise
 
 
 def _evaluations(logdir):
@@ -60,6 +101,47 @@ class OffPolicyLoopTest(parameterized.TestCase):
         self.assertEqual(int(agent.train_calls), (256 - 64) // 8 + 1)
         self.assertEqual(int(agent.q_optimizer.iterations), 3 * int(agent.train_calls))
         self.assertTrue(np.isfinite(_saved(logdir, 256, 'buffer/storage/reward')).all())
+
+    def run_counting_calls(self, logdir, **settings):
+        sizes = _CallSizes()
+        # Calls sized by the steps alone: up to the next evaluation, whatever the machine.
+        with mock.patch.object(training_step.TrainingStep, '__call__', autospec=True,
+                               side_effect=sizes), mock.patch.object(loop, 'CALL_SECONDS', 1e9):
+            run = self.run_to(logdir, env_backend='gymnasium', env_mode='in_process',
+                              **settings)
+        return run, sizes
+
+    def test_gymnasium_runs_several_iterations_per_call_with_the_results_of_one(self):
+        several, one = (self.create_tempdir().full_path for _ in range(2))
+        _, sizes = self.run_counting_calls(several)
+        # Once the first calls timed an iteration, calls run up to the next evaluation.
+        self.assertEqual(sizes.counts, [1, 1, 14, 16])
+        _, single = self.run_counting_calls(one, iterations_per_call=1)
+        self.assertEqual(set(single.counts), {1})
+        for name in ('q/head/kernel', 'policy/mean/kernel', 'buffer/storage/observ'):
+            np.testing.assert_array_equal(_saved(several, 256, name), _saved(one, 256, name),
+                                          err_msg=name)
+        self.assertEqual([record['mean_return'] for record in _evaluations(several)],
+                         [record['mean_return'] for record in _evaluations(one)])
+
+    def test_an_environment_failure_inside_a_call_redoes_only_the_rest_of_it(self):
+        _RaisingPendulum.struck = False
+        logdir = self.create_tempdir().full_path
+        with self.assertLogs(level='WARNING') as logs:
+            run, sizes = self.run_counting_calls(logdir, env_id=RAISING_PENDULUM,
+                                                 on_env_failure='restart')
+        self.assertTrue(_RaisingPendulum.struck)
+        self.assertIn('injected failure', '\n'.join(logs.output))
+        self.assertIn('Restarting all 2 training environments', '\n'.join(logs.output))
+        # It struck in the 13th iteration (4 steps of each env per iteration), the 11th of
+        # the call of 14 from the third; the retry ran the other 4.
+        self.assertEqual(sizes.failed, [14])
+        self.assertEqual(sizes.counts, [1, 1, 14, 4, 16])
+        # Every iteration but the failed one kept its transitions and trained, once.
+        self.assertEqual(int(run.agent.observed_steps), 256)
+        self.assertEqual(int(run.agent.buffer.added), 256)
+        self.assertEqual(int(run.agent.train_calls), (256 - 64) // 8 + 1)
+        self.assertEqual([record['step'] for record in _evaluations(logdir)], [128, 256])
 
     def test_stopped_and_continued_ends_as_an_uninterrupted_run(self):
         whole, halves = (self.create_tempdir().full_path for _ in range(2))

@@ -337,8 +337,6 @@ class TrainerTest(parameterized.TestCase):
                 (dict(optimize_graphs='yes'), 'train.optimize_graphs must be one of'),
                 (dict(env_backend='gymnasium', jit_compile=True),
                  "train.jit_compile = True needs train.env_backend = 'native'"),
-                (dict(env_backend='gymnasium', iterations_per_call=2),
-                 "train.iterations_per_call > 1 needs train.env_backend = 'native'"),
                 (dict(iterations_per_call=0), 'train.iterations_per_call must be a positive '
                  'integer or None, got 0'),
                 (dict(iterations_per_call=2.5), 'train.iterations_per_call must be a positive '

@@ -64,11 +64,13 @@ class RunSettings:
       on_nonfinite: when the batch holds a non-finite observation or reward, or learning a
         non-finite quantity or parameter, the update is undone and 'stop' ends the run (the
         last checkpoint stays the last one) or 'skip' goes on with the next batch.
-      iterations_per_call: the most training iterations one compiled call runs (native
-        backend; the Gymnasium backend runs one). A call never runs past an evaluation, nor
-        (once the first calls are timed) much longer than a second, so that signals and
-        progress lines are not held up. None: as many as fit. The results are the same
-        whatever the value.
+      iterations_per_call: the most training iterations one compiled call runs. A call never
+        runs past an evaluation, nor (once the first calls are timed) much longer than a
+        second, so that signals and progress lines are not held up. None: as many as fit
+        (native backend, or an off-policy algorithm's iterations of a few steps), else one
+        (an on-policy rollout of Gymnasium environments). The results are the same whatever
+        the value; after a Gymnasium environment failed in a call, the iterations before it
+        stand and the rest are redone.
       population: K > 1 trains K independent agents of seeds `seed`, ..., `seed` + K - 1 in
         one program (native backend, an algorithm with MEMBER_HYPERPARAMETERS), each on its
         own `num_envs` environments and with its own `eval_episodes`; each member's run is
@@ -145,10 +147,10 @@ class RunSettings:
 
     def calls_of(self, cadence):
         """The most iterations one compiled call runs: enough for the iterations between two
-        evaluations (native), else one."""
+        evaluations (native, or an off-policy algorithm's short iterations), else one."""
         if self.iterations_per_call is not None:
             return self.iterations_per_call
-        if not self.native:
+        if not self.native and not isinstance(cadence, algorithm_lib.OffPolicy):
             return 1
         return -(-self.eval_every_steps // (self.num_envs * self.iteration_length(cadence)))
 
@@ -230,10 +232,6 @@ class RunSettings:
             raise run_config.ConfigError(
                 'train.jit_compile = True needs train.env_backend = \'native\': Gymnasium '
                 'environments are stepped by Python, which XLA cannot compile')
-        if not self.native and self.iterations_per_call not in (None, 1):
-            raise run_config.ConfigError(
-                'train.iterations_per_call > 1 needs train.env_backend = \'native\': a failed '
-                'Gymnasium environment is restarted and its iteration redone one at a time')
 
     def _check_population(self):
         if self.population > 1:

@@ -43,7 +43,6 @@ class RunSettingsTest(parameterized.TestCase):
         (dict(env_backend='jax'), "train.env_backend must be one of 'gymnasium', 'native'"),
         (dict(log_every_secs=0), 'train.log_every_secs must be a positive number'),
         (dict(jit_compile=True), 'train.jit_compile = True needs train.env_backend'),
-        (dict(iterations_per_call=4), 'train.iterations_per_call > 1 needs'),
         (dict(population=2), 'train.population > 1 needs'),
         (dict(population=2, env_backend='native', population_members=[{}]),
          'train.population_members must be a list of 2 dicts'),

@@ -152,6 +152,7 @@ class SAC(algorithm.OffPolicyAlgorithm):
     # A loss, or (`gradient`) any of the three gradients, that went non-finite; such a
     # gradient is never applied, and `train` stops at that step.
     NONFINITE_QUANTITIES = ('critic_loss', 'actor_loss', 'ent_coef_loss', 'gradient')
+    ACTION_BOUNDS = (-1.0, 1.0)  # tanh-squashed.
 
     def __init__(
             self,
@@ -279,6 +280,11 @@ class SAC(algorithm.OffPolicyAlgorithm):
         self._checkpoint_buffer = checkpoint_buffer
         self._compiled_train = tf.function(self._train, jit_compile=bool(jit_compile),
                                            autograph=False)
+
+    @property
+    def batch_size(self):
+        """Transitions sampled from the replay buffer for each gradient step."""
+        return self._batch_size
 
     # The Algorithm interface.
 
