@@ -17,7 +17,9 @@ Policies return distribution *parameters* (a dict of tensors) rather than distri
 rollout can store them and the update can rebuild the behaviour policy for an exact KL.
 
 Layers use orthogonal initialization (gain sqrt(2) for hidden layers, 0.01 for the policy output
-and 1 for the value output), as the implementation studies behind CleanRL and SB3 recommend.
+and 1 for the value output), as the implementation studies behind CleanRL and SB3 recommend for
+on-policy methods; `initializer='torch_default'` gives PyTorch's `nn.Linear` default instead
+(kernel and bias uniform in +-1/sqrt(fan_in)), which SB3's and CleanRL's SAC keep.
 """
 
 import math
@@ -28,6 +30,7 @@ import tensorflow as tf
 from agents.algorithms import distributions, members
 
 HIDDEN_GAIN = math.sqrt(2.0)
+INITIALIZERS = ('orthogonal', 'torch_default')
 
 
 def _resolve_activation(activation):
@@ -78,17 +81,36 @@ def _orthogonal(shape, gain, seeds, offset=0):
                      for seed in seeds])
 
 
-class Linear(tf.Module):
-    """Affine layer of K members with orthogonally initialized kernels and zero biases:
-    `[K, B, input_size]` -> `[K, B, output_size]`."""
+def _torch_default(shape, seeds, offset):
+    """[K, *shape]: each member's values uniform in +-1/sqrt(fan_in), the first of `shape`
+    (PyTorch's `nn.Linear` default for kernel and bias alike)."""
+    bound = 1.0 / math.sqrt(shape[0])
+    return tf.stack([tf.random.stateless_uniform(shape, [seed, offset], -bound, bound)
+                     for seed in seeds])
 
-    def __init__(self, input_size, output_size, gain=1.0, seed=0, name=None):
+
+class Linear(tf.Module):
+    """Affine layer of K members: `[K, B, input_size]` -> `[K, B, output_size]`, initialized
+    orthogonally with `gain` and zero biases, or (`initializer='torch_default'`, `gain` unused)
+    as PyTorch's `nn.Linear`."""
+
+    def __init__(self, input_size, output_size, gain=1.0, seed=0, initializer='orthogonal',
+                 name=None):
         super().__init__(name=name)
         _check_sizes(input_size=input_size, output_size=output_size)
+        if initializer not in INITIALIZERS:
+            raise ValueError(f'initializer must be one of {", ".join(map(repr, INITIALIZERS))}, '
+                             f'got {initializer!r}.')
         seeds = members.seeds_of(seed)
-        self.kernel = tf.Variable(_orthogonal((input_size, output_size), gain, seeds),
-                                  name='kernel')
-        self.bias = tf.Variable(tf.zeros([len(seeds), 1, output_size]), name='bias')
+        if initializer == 'orthogonal':
+            kernel = _orthogonal((input_size, output_size), gain, seeds)
+            bias = tf.zeros([len(seeds), 1, output_size])
+        else:
+            kernel = _torch_default((input_size, output_size), seeds, 0)
+            bias = tf.reshape(_torch_default((input_size, output_size), seeds, 1)[:, 0],
+                              [len(seeds), 1, output_size])
+        self.kernel = tf.Variable(kernel, name='kernel')
+        self.bias = tf.Variable(bias, name='bias')
 
     def __call__(self, inputs):
         return _add_bias(_matmul(inputs, self.kernel), self.bias)
@@ -98,14 +120,15 @@ class MLP(tf.Module):
     """Hidden layers applied to a batch `[K, B, input_size]`; the identity when `hidden_sizes`
     is empty."""
 
-    def __init__(self, input_size, hidden_sizes, activation='tanh', seed=0, name=None):
+    def __init__(self, input_size, hidden_sizes, activation='tanh', seed=0,
+                 initializer='orthogonal', name=None):
         super().__init__(name=name)
         self._activation = _resolve_activation(activation)
         seeds = members.seeds_of(seed)
         self.layers = []
         for index, size in enumerate(hidden_sizes):
             self.layers.append(Linear(input_size, size, HIDDEN_GAIN,
-                                      [seed + index for seed in seeds]))
+                                      [seed + index for seed in seeds], initializer))
             input_size = size
         self.output_size = input_size
 
@@ -342,10 +365,11 @@ class FeedForwardValue(_Network):
     """State-value estimate `V(s)` from a separate MLP, returning `[K, *batch]`."""
 
     def __init__(self, observ_shape, hidden_sizes=(64, 64), activation='tanh', seed=0,
-                 name=None):
+                 initializer='orthogonal', name=None):
         super().__init__(observ_shape, seed, name=name)
-        self.torso = MLP(self.observ_size, hidden_sizes, activation, self.seeds)
-        self.head = Linear(self.torso.output_size, 1, 1.0, [seed + 100 for seed in self.seeds])
+        self.torso = MLP(self.observ_size, hidden_sizes, activation, self.seeds, initializer)
+        self.head = Linear(self.torso.output_size, 1, 1.0, [seed + 100 for seed in self.seeds],
+                           initializer)
 
     def __call__(self, observ):
         flat, batch_shape = self._flatten_observ(observ)

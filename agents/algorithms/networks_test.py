@@ -27,6 +27,24 @@ class LayersTest(parameterized.TestCase):
         np.testing.assert_allclose(gram, gain ** 2 * np.eye(small), atol=1e-5 * max(gain, 1))
         np.testing.assert_array_equal(layer.bias.numpy(), np.zeros((1, 1, shape[1])))
 
+    def test_torch_default_is_uniform_in_one_over_the_root_of_the_fan_in(self):
+        layer = networks.Linear(256, 128, gain=0.01, seed=(3, 4), initializer='torch_default')
+        bound = 1 / math.sqrt(256)
+        for values, size in ((layer.kernel.numpy(), 256 * 128), (layer.bias.numpy(), 128)):
+            self.assertEqual(values.size, 2 * size)
+            self.assertLessEqual(np.abs(values).max(), bound)
+            # Uniform in +-bound, whatever the gain: standard deviation bound / sqrt(3).
+            np.testing.assert_allclose(values.std(), bound / math.sqrt(3), rtol=0.1)
+        self.assertFalse(np.allclose(layer.kernel[0], layer.kernel[1]))  # Each member's seed.
+        again = networks.Linear(256, 128, seed=(3, 4), initializer='torch_default')
+        np.testing.assert_array_equal(again.kernel.numpy(), layer.kernel.numpy())
+        value = networks.FeedForwardValue((5,), (7,), seed=1, initializer='torch_default')
+        self.assertLessEqual(np.abs(value.head.kernel.numpy()).max(), 1 / math.sqrt(7))
+        self.assertTrue(np.abs(value.head.bias.numpy()).max() > 0)
+        with self.assertRaisesRegex(ValueError, "initializer must be one of 'orthogonal', "
+                                    "'torch_default', got 'xavier'"):
+            networks.Linear(3, 2, initializer='xavier')
+
     def test_linear_matches_numpy_per_member(self):
         """Member k's output is its own affine map of its own inputs."""
         layer = networks.Linear(3, 2, seed=(1, 2))

@@ -108,16 +108,18 @@ class SquashedGaussianPolicy(networks.FeedForwardPolicy):
     action_dtype = tf.float32
 
     def __init__(self, observ_shape, action_size, hidden_sizes=(256, 256), activation='relu',
-                 log_std_bounds=LOG_STD_BOUNDS, output_gain=0.01, seed=0, name=None):
+                 log_std_bounds=LOG_STD_BOUNDS, output_gain=0.01, seed=0,
+                 initializer='orthogonal', name=None):
         super().__init__(observ_shape, seed, name=name)
         self.action_shape = (action_size,)
         self._log_std_bounds = tuple(float(bound) for bound in log_std_bounds)
-        self.torso = networks.MLP(self.observ_size, hidden_sizes, activation, self.seeds)
-        # Small output layers: the policy starts near tanh(N(0, 1)) in every state.
+        self.torso = networks.MLP(self.observ_size, hidden_sizes, activation, self.seeds,
+                                  initializer)
+        # Orthogonal: small output layers, the policy starts near tanh(N(0, 1)) in every state.
         self.mean = networks.Linear(self.torso.output_size, action_size, output_gain,
-                                    [seed + 100 for seed in self.seeds])
+                                    [seed + 100 for seed in self.seeds], initializer)
         self.log_std = networks.Linear(self.torso.output_size, action_size, output_gain,
-                                       [seed + 200 for seed in self.seeds])
+                                       [seed + 200 for seed in self.seeds], initializer)
 
     def _params(self, observ):
         flat, batch_shape = self._flatten_observ(observ)
@@ -177,6 +179,7 @@ class SAC(algorithm.OffPolicyAlgorithm):
             actor_hidden_sizes=(256, 256),
             critic_hidden_sizes=(256, 256),
             activation='relu',
+            network_initializer='orthogonal',
             learn_ent_coef=True,
             ent_coef_init=1.0,
             target_entropy='auto',
@@ -212,6 +215,9 @@ class SAC(algorithm.OffPolicyAlgorithm):
           adam_epsilon: Adam's epsilon (PyTorch's default, as SB3's).
           actor_hidden_sizes, critic_hidden_sizes: hidden layer sizes (SB3's net_arch).
           activation: of the hidden layers, a callable or the name of a tf.nn function.
+          network_initializer: 'orthogonal' (hidden gain sqrt 2, the actor's heads 0.01, the
+            critics' 1; zero biases) or 'torch_default' (PyTorch's `nn.Linear` default, which
+            SB3's and CleanRL's SAC keep); networks.INITIALIZERS.
           learn_ent_coef: learn the temperature (SB3's ent_coef='auto'); False keeps it at
             `ent_coef_init` (SB3's ent_coef=<float>).
           ent_coef_init: the temperature's initial value (SB3's 'auto_<init>', default 1.0).
@@ -247,13 +253,16 @@ class SAC(algorithm.OffPolicyAlgorithm):
         self.observ_shape = tuple(int(size) for size in observ_shape)
         observ_size = math.prod(self.observ_shape)
         self.policy = SquashedGaussianPolicy(
-            self.observ_shape, action_size, actor_hidden_sizes, activation, seed=seed)
+            self.observ_shape, action_size, actor_hidden_sizes, activation, seed=seed,
+            initializer=network_initializer)
         # Twin critics Q(s, a) of the concatenated observation and action: two members.
         critic_seeds = [seed + 1000, seed + 2000]
         self.critic = networks.FeedForwardValue(
-            (observ_size + action_size,), critic_hidden_sizes, activation, critic_seeds)
+            (observ_size + action_size,), critic_hidden_sizes, activation, critic_seeds,
+            initializer=network_initializer)
         self.critic_target = networks.FeedForwardValue(
-            (observ_size + action_size,), critic_hidden_sizes, activation, critic_seeds)
+            (observ_size + action_size,), critic_hidden_sizes, activation, critic_seeds,
+            initializer=network_initializer)
         for target, source in zip(self.critic_target.variables, self.critic.variables,
                                   strict=True):
             target.assign(source)

@@ -293,10 +293,21 @@ class StateTest(parameterized.TestCase):
         self.assertFalse([name for name in names if 'buffer' in name or 'observed' in name])
         self.assertTrue([name for name in names if name.startswith('agent/critic_target/')])
 
+    def test_networks_may_start_as_sb3s(self):
+        agent = _agent(network_initializer='torch_default', actor_hidden_sizes=(16,),
+                       critic_hidden_sizes=(16,))
+        for layer in (agent.policy.mean, agent.policy.log_std, agent.critic.head):
+            self.assertLessEqual(np.abs(layer.kernel.numpy()).max(), 0.25)  # 1 / sqrt(16).
+            self.assertTrue(np.abs(layer.bias.numpy()).max() > 0)
+        for target, critic in zip(agent.critic_target.variables, agent.critic.variables,
+                                  strict=True):
+            np.testing.assert_array_equal(target.numpy(), critic.numpy())
+
     @parameterized.parameters(
         dict(tau=1.5), dict(discount=-0.1), dict(batch_size=0), dict(learning_rate=0.0),
         dict(critic_learning_rate=-1e-3), dict(ent_coef_init=0.0), dict(target_entropy='max'),
-        dict(train_freq=0), dict(buffer_size=0), dict(target_update_interval=0))
+        dict(train_freq=0), dict(buffer_size=0), dict(target_update_interval=0),
+        dict(network_initializer='xavier'))
     def test_bad_arguments_are_refused(self, **kwargs):
         with self.assertRaises(ValueError):
             _agent(**kwargs)
