@@ -190,12 +190,13 @@ class LeaseTest(absltest.TestCase):
         with mock.patch.object(lease_lib.Lease, 'renew', renew):
             lease.check()  # The bucket is back and the lease still ours: renewed.
         self.assertGreater(self.holder()['expires'], time.time() + TTL_S / 2)
-        # Another trainer takes it over during the next outage.
+        # Another trainer takes it over during the next outage (inside it: were it written after
+        # the outage, a renewal by the background thread in between would let `check` pass).
         with mock.patch.object(lease_lib.Lease, 'renew',
                                side_effect=exceptions.ServiceUnavailable('unreachable')):
             time.sleep(1.5 * TTL_S)
-        self.emulator.client().bucket('runs').blob(LEASE).upload_from_string(
-            b'{"pid": 1, "host": "machine-b", "expires": 1e12}')
+            self.emulator.client().bucket('runs').blob(LEASE).upload_from_string(
+                b'{"pid": 1, "host": "machine-b", "expires": 1e12}')
         with self.assertRaisesRegex(lease_lib.LeaseHeld, 'lost the lease'):
             lease.check()
         self.assertIn('machine-b', self.holder()['host'])
