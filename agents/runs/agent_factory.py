@@ -5,6 +5,7 @@ import numpy as np
 
 from agents.algorithms import algorithm as algorithm_lib
 from agents.runs import environments, run_config
+from agents.tools import wrappers
 
 
 def build_agent(settings, train_env, members=None):
@@ -69,7 +70,12 @@ def _check_action_bounds(agent, action_space):
                   | (np.isfinite(action_space.high) & (action_space.high != high)))
     if mismatched.any():
         name = type(agent).__name__
+        if (low, high) == wrappers.UNIT_RANGE:
+            remedy = ('add \'range_normalize\' to train.wrappers, which rescales the actions\' '
+                      'bounds to [-1, 1]')
+        else:
+            remedy = (f'add (\'RescaleAction\', {{\'min_action\': {low:g}, \'max_action\': '
+                      f'{high:g}}}) to train.wrappers')
         raise run_config.ConfigError(
             f'{name} acts in [{low:g}, {high:g}] but the environment\'s action space '
-            f'{action_space} has other bounds; add \'range_normalize\' to train.wrappers, '
-            f'which rescales the actions\' bounds to [-1, 1]')
+            f'{action_space} has other bounds; {remedy}')

@@ -1,5 +1,7 @@
 """Tests of building a run's agent for its spaces."""
 
+from unittest import mock
+
 import gin
 import gymnasium as gym
 import numpy as np
@@ -82,6 +84,13 @@ class AgentFactoryTest(absltest.TestCase):
         for space in (PENDULUM[1], gym.spaces.Box(-np.inf, np.inf, (2,))):
             agent = agent_factory.build_algorithm(sac, PENDULUM[0], space, num_envs=1, seed=0)
             self.assertEqual(agent.ACTION_BOUNDS, (-1.0, 1.0))
+        # An algorithm of another range is told the wrapper that rescales to it.
+        with mock.patch.object(sac, 'ACTION_BOUNDS', (0.0, 1.0)), self.assertRaisesRegex(
+                run_config.ConfigError,
+                r"SAC acts in \[0, 1\] but the environment's action space Box\(-1.0, 1.0, "
+                r"\(1,\), float32\) has other bounds; add \('RescaleAction', \{'min_action': 0, "
+                r"'max_action': 1\}\) to train.wrappers$"):
+            agent_factory.build_algorithm(sac, PENDULUM[0], PENDULUM[1], num_envs=1, seed=0)
         # An algorithm that declares no range takes any bounds.
         agent_factory.build_algorithm(registry.ALGORITHMS['PPO'], PENDULUM[0],
                                       gym.spaces.Box(-2.0, 2.0, (1,)), num_envs=2, seed=0)

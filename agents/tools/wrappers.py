@@ -12,6 +12,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import vector as vector_wrappers
 
+# The range `range_normalize` rescales bounded components to.
+UNIT_RANGE = (-1.0, 1.0)
+
 
 @gin.configurable
 def range_normalize(env, observ=None, action=None):
@@ -57,8 +60,8 @@ def _unit_bounds(space, required, what):
             'bounds')
     if not is_box or not bounded.any():
         return None
-    low = np.where(bounded, -1, space.low).astype(space.dtype)
-    high = np.where(bounded, 1, space.high).astype(space.dtype)
+    low = np.where(bounded, UNIT_RANGE[0], space.low).astype(space.dtype)
+    high = np.where(bounded, UNIT_RANGE[1], space.high).astype(space.dtype)
     return low, high
 
 
