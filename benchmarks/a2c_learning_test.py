@@ -2,7 +2,6 @@
 arguments, and the curves and thresholds it reports. No training runs here.
 """
 
-import ast
 import json
 import math
 import os
@@ -13,7 +12,7 @@ import textwrap
 from absl.testing import absltest
 
 from agents.runs import run_config
-from benchmarks import a2c_learning, peer_runner, sb3_a2c_runner, train_throughput
+from benchmarks import a2c_learning, peer_runner, peers_testing, sb3_a2c_runner, train_throughput
 
 # The settings key of each gin parameter the configs may bind; IGNORED are bindings that do not
 # concern SB3 (how BatchPPO steps its environments, which algorithm and value network it names:
@@ -37,21 +36,6 @@ GIN_KEYS = {
     'FeedForwardValue.hidden_sizes': 'value_hidden_sizes',
 }
 IGNORED = {'train.algorithm', 'train.env_mode', 'train.env_backend', 'A2C.value_network'}
-PEERS_PYTHON = os.path.join(run_config.PACKAGE_ROOT, '.venv-peers', 'bin', 'python')
-
-
-def gin_file_bindings(path):
-    """{'Configurable.parameter': value} of a gin file's plain bindings, parsed as text (a
-    reference `@Name` gives 'Name')."""
-    bindings = {}
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            match = re.match(r'^(\w+\.\w+)\s*=\s*(.+?)\s*(#.*)?$', line)
-            if match:
-                text = match.group(2)
-                bindings[match.group(1)] = (text[1:] if text.startswith('@')
-                                            else ast.literal_eval(text))
-    return bindings
 
 
 def settings(task, budget=None, bindings=()):
@@ -65,7 +49,7 @@ class SettingsTest(absltest.TestCase):
             with self.subTest(task=task):
                 path = run_config.find_gin_file(a2c_learning.TASKS[task].gin_file)
                 found = settings(task)
-                bound = gin_file_bindings(path)
+                bound = peers_testing.gin_file_bindings(path)
                 self.assertGreater(len(bound), 10)
                 for name, value in bound.items():
                     if name in IGNORED:
@@ -203,8 +187,7 @@ class Sb3KwargsTest(absltest.TestCase):
         with self.assertRaisesRegex(peer_runner.UnsupportedSetting, 'missing keys'):
             sb3_a2c_runner.sb3_a2c_kwargs({key: base[key] for key in list(base)[1:]})
 
-    @absltest.skipUnless(os.path.exists(PEERS_PYTHON), '.venv-peers is absent (build it with '
-                         'benchmarks/setup_peers.sh) so SB3 cannot be checked')
+    @peers_testing.needs_peers('SB3')
     def test_sb3_builds_the_model_as_translated(self):
         # Builds (never trains) SB3's A2C and its evaluator under the peers' python.
         script = textwrap.dedent('''
@@ -231,8 +214,8 @@ class Sb3KwargsTest(absltest.TestCase):
             with self.subTest(task=task):
                 found = settings(task, 2000)
                 output = subprocess.run(
-                    [PEERS_PYTHON, '-c', script, train_throughput.HERE, json.dumps(found),
-                     logdir], capture_output=True, text=True, check=True,
+                    [peers_testing.PEERS_PYTHON, '-c', script, train_throughput.HERE,
+                     json.dumps(found), logdir], capture_output=True, text=True, check=True,
                     env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}).stdout
                 built = json.loads(output.strip().splitlines()[-1])
                 self.assertEqual(built['optimizer'], 'RMSprop')

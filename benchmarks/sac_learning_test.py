@@ -2,7 +2,6 @@
 the refusal of what SB3 cannot express, and the table it prints. No training runs here.
 """
 
-import ast
 import json
 import math
 import os
@@ -13,7 +12,7 @@ import textwrap
 from absl.testing import absltest
 
 from agents.runs import run_config
-from benchmarks import peer_runner, sac_learning, sb3_sac_runner, train_throughput
+from benchmarks import peer_runner, peers_testing, sac_learning, sb3_sac_runner, train_throughput
 
 TASK = sac_learning.TASKS['pendulum']
 # The settings key of each gin parameter the config may bind; IGNORED are bindings that do not
@@ -25,21 +24,6 @@ GIN_KEYS = {
        if key not in sac_learning.TRAIN_KEYS},
 }
 IGNORED = {'train.algorithm', 'train.env_mode', 'train.env_backend'}
-PEERS_PYTHON = os.path.join(run_config.PACKAGE_ROOT, '.venv-peers', 'bin', 'python')
-
-
-def gin_file_bindings(path):
-    """{'Configurable.parameter': value} of a gin file's plain bindings, parsed as text (a
-    reference `@Name` gives 'Name')."""
-    bindings = {}
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            match = re.match(r'^(\w+\.\w+)\s*=\s*(.+?)\s*(#.*)?$', line)
-            if match:
-                text = match.group(2)
-                bindings[match.group(1)] = (text[1:] if text.startswith('@')
-                                            else ast.literal_eval(text))
-    return bindings
 
 
 def settings(num_envs=None, total_steps=None, bindings=()):
@@ -51,7 +35,7 @@ class SettingsTest(absltest.TestCase):
     def test_values_match_the_gin_file(self):
         path = run_config.find_gin_file(TASK.gin_file)
         found = settings()
-        bound = gin_file_bindings(path)
+        bound = peers_testing.gin_file_bindings(path)
         self.assertGreater(len(bound), 15)
         for name, value in bound.items():
             if name in IGNORED:
@@ -178,8 +162,7 @@ class Sb3KwargsTest(absltest.TestCase):
                                  f'--logdir={self.create_tempdir().full_path}'])
         self.assertEqual(context.exception.code, 2)
 
-    @absltest.skipUnless(os.path.exists(PEERS_PYTHON), '.venv-peers is absent (build it with '
-                         'benchmarks/setup_peers.sh) so SB3 cannot be checked')
+    @peers_testing.needs_peers('SB3')
     def test_sb3_builds_the_model_as_translated(self):
         # Builds (never trains) SB3's SAC and its evaluator under the peers' python.
         script = textwrap.dedent('''
@@ -217,8 +200,8 @@ class Sb3KwargsTest(absltest.TestCase):
             with self.subTest(num_envs=num_envs):
                 found = settings(num_envs)
                 output = subprocess.run(
-                    [PEERS_PYTHON, '-c', script, train_throughput.HERE, json.dumps(found),
-                     logdir], capture_output=True, text=True, check=True,
+                    [peers_testing.PEERS_PYTHON, '-c', script, train_throughput.HERE,
+                     json.dumps(found), logdir], capture_output=True, text=True, check=True,
                     env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}).stdout
                 built = json.loads(output.strip().splitlines()[-1])
                 for key in ('actor_lr', 'critic_lr', 'ent_coef_lr'):

@@ -15,9 +15,8 @@ from absl import app
 from absl.testing import absltest, flagsaver
 
 from agents.runs import run_config
-from benchmarks import train_throughput
+from benchmarks import peers_testing, train_throughput
 
-PEERS_PYTHON = os.path.join(run_config.PACKAGE_ROOT, '.venv-peers', 'bin', 'python')
 # A stand-in for a training run: holds `MB` of memory in itself and in a child process, writes
 # two evaluations to <logdir>/metrics.jsonl and exits with `CODE`.
 FAKE_RUN = textwrap.dedent('''
@@ -119,8 +118,7 @@ class PeerCommandTest(absltest.TestCase):
                          (16, 128, 10, 8, 150_000))
         self.assertEqual(flags[1:], ['--logdir=/logs/run', '--seed=2'])
 
-    @absltest.skipUnless(os.path.exists(PEERS_PYTHON), '.venv-peers is absent (build it with '
-                         'benchmarks/setup_peers.sh) so rejax cannot be checked')
+    @peers_testing.needs_peers('rejax')
     def test_rejax_builds_the_algorithm_as_translated(self):
         # Builds (never trains) rejax's PPO under the peers' python.
         script = textwrap.dedent('''
@@ -147,7 +145,7 @@ class PeerCommandTest(absltest.TestCase):
         found, _, _ = train_throughput.shared_settings(
             train_throughput.TASKS['pendulum_native'], 150_000)
         output = subprocess.run(
-            [PEERS_PYTHON, '-c', script, train_throughput.HERE, json.dumps(found)],
+            [peers_testing.PEERS_PYTHON, '-c', script, train_throughput.HERE, json.dumps(found)],
             capture_output=True, text=True, check=True,
             env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}).stdout
         built = json.loads(output.strip().splitlines()[-1])
