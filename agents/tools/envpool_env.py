@@ -1,0 +1,329 @@
+"""EnvPool's C++ pool of environments as the VectorEnv that InGraphBatchEnv drives.
+
+EnvPool steps a batch of environments in C++ threads, which beats Python workers on cheap
+environments. Its Gymnasium API autoresets in NEXT_STEP mode only: the step after an episode
+ends returns the next episode's first observation and ignores that step's action. InGraphBatchEnv
+needs AutoresetMode.DISABLED instead (it resets ended environments itself and bootstraps
+truncated episodes from their final observations), so `EnvPoolBatchEnv` behaves as a BatchEnv
+with autoreset disabled does:
+
+- `reset(options={'reset_mask': mask})` resets the masked environments by id and puts the rows
+  EnvPool returns (only theirs) into the full batch of observations;
+- stepping while an environment's episode has ended is refused, since EnvPool would spend that
+  step on its autoreset;
+- seeds follow BatchEnv's (env i gets seed + i), but EnvPool fixes them when the pool is made, so
+  a seeded reset makes a new pool.
+
+Sync mode only (EnvPool's batch_size = num_envs). EnvPool is an optional dependency: it is
+imported when an EnvPoolBatchEnv is made, so this module imports without it.
+"""
+
+import numbers
+
+import gymnasium as gym
+import numpy as np
+
+from agents.tools import env_group
+
+AutoresetMode = gym.vector.AutoresetMode
+
+# How users get EnvPool (the project's extra; a checkout has it from the lock).
+INSTALL_COMMAND = "pip install 'batchppo[envpool]'"
+# EnvPool takes int32 seeds; larger ones (evaluation seeds are 62-bit hashes) are taken modulo.
+SEED_MODULUS = 2**31
+# Arguments of envpool.make that the adapter sets itself.
+_OWN_ARGUMENTS = ('task_id', 'env_type', 'num_envs', 'batch_size', 'seed')
+
+
+class EnvPoolMissingError(ImportError):
+    """EnvPool cannot be imported; the one-line message says how to install it."""
+
+
+def import_envpool():
+    """The envpool module, or EnvPoolMissingError."""
+    try:
+        import envpool
+    except (ImportError, FileNotFoundError) as error:
+        if isinstance(error, ImportError) and error.name == 'envpool':
+            problem = 'EnvPool is not installed'
+        else:  # A broken install, e.g. without its asset packages, which the import reads.
+            cause = (str(error).strip().splitlines() or [''])[0]
+            problem = f'EnvPool cannot be imported ({type(error).__name__}: {cause})'
+        raise EnvPoolMissingError(f'{problem}; install it with: {INSTALL_COMMAND}') from error
+    return envpool
+
+
+class EnvPoolBatchEnv(gym.vector.VectorEnv):
+    """EnvPool's environments with autoreset disabled, as BatchEnv(autoreset_mode=DISABLED).
+
+    A full `reset()` is needed before the first step, and environments whose episode ended must
+    be reset with `reset(options={'reset_mask': mask})` before the next step. `step_async` sends
+    the actions to EnvPool's threads and `step_wait` collects the results. Where EnvPool makes
+    it differ from BatchEnv:
+
+    - a seeded reset makes a new pool, so it resets every environment (no `reset_mask`); seeds
+      are taken modulo 2**31, and the same seed gives other initial states than Gymnasium's;
+    - rewards are EnvPool's float32 (BatchEnv's are float64); observations come in the
+      observation space's dtype, which for the tasks checked is EnvPool's and Gymnasium's;
+    - infos are EnvPool's (`env_id`, `elapsed_step` and the task's own, zero at a reset); those
+      of a partial reset are batched as Gymnasium does, with `_key` masks of the reset rows;
+    - actions of the wrong shape are refused (EnvPool would read them out of bounds, or abort
+      the process), but not actions out of the space or NaN: EnvPool clips Box actions to the
+      space and passes NaN on;
+    - no `render`, `call`, `get_attr` or `set_attr`; `cancel_wait` and `waiting` do nothing, as
+      for BatchEnv in-process (there are no workers to wait for).
+    """
+
+    def __init__(self, env_id, num_envs, seed=None, env_kwargs=None, action_dtype=None):
+        """Makes the pool.
+
+        Args:
+          env_id: an EnvPool task id, e.g. 'HalfCheetah-v5' or 'Pong-v5'.
+          num_envs: number of environments, all stepped together.
+          seed: None (random), an int (env i gets seed + i) or one int per env; seeds the pool
+            until a seeded reset.
+          env_kwargs: other arguments of `envpool.make`, e.g. `num_threads`,
+            `max_episode_steps` or Atari's `episodic_life`, `reward_clip` and `stack_num`.
+          action_dtype: float dtype of the Box action space to offer instead of EnvPool's;
+            e.g. float32, which Gymnasium's MuJoCo environments declare where EnvPool declares
+            float64, for the same spaces as the Gymnasium backend. Actions are cast to
+            EnvPool's dtype when sent.
+
+        Raises:
+          EnvPoolMissingError: EnvPool cannot be imported.
+          ValueError, TypeError: bad arguments (EnvPool's TypeError for unknown env_kwargs).
+        """
+        super().__init__()
+        self._pool = None  # Set first: `close` must work whatever fails below.
+        if not isinstance(env_id, str):
+            raise TypeError(f'env_id must be a string, got {env_id!r}')
+        if (not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool)
+                or num_envs < 1):
+            raise ValueError(f'num_envs must be a positive int, got {num_envs!r}')
+        env_kwargs = dict(env_kwargs or {})
+        own = sorted(set(env_kwargs) & set(_OWN_ARGUMENTS))
+        if own:
+            raise ValueError(f'env_kwargs {own} are set by EnvPoolBatchEnv (sync mode: '
+                             'batch_size = num_envs)')
+        self._envpool = import_envpool()
+        if env_id not in self._envpool.list_all_envs():
+            raise ValueError(
+                f'{env_id!r} is not an EnvPool task; envpool.list_all_envs() lists them')
+        self.env_id = env_id
+        self.num_envs = int(num_envs)
+        self._env_kwargs = env_kwargs
+        self._pool_seeds = self._seeds(
+            np.random.default_rng().integers(SEED_MODULUS) if seed is None else seed)
+        self._pool = self._make_pool(self._pool_seeds)
+        self._fresh = True  # Not reset since it was made: a reset with its seeds can keep it.
+        try:
+            self._set_spaces(self._pool.observation_space, self._pool.action_space, action_dtype)
+        except Exception:
+            self.close()
+            raise
+        self.metadata = {'autoreset_mode': AutoresetMode.DISABLED, 'render_modes': []}
+        self.render_mode = None
+        self._pending = None  # 'step' between step_async and step_wait.
+        self._needs_reset = True
+        self._ended = np.zeros(self.num_envs, bool)
+        self._observations = np.zeros(
+            (self.num_envs, *self.single_observation_space.shape),
+            self.single_observation_space.dtype)
+
+    def _make_pool(self, seeds):
+        return self._envpool.make(
+            self.env_id, env_type='gymnasium', num_envs=self.num_envs,
+            batch_size=self.num_envs, seed=seeds, **self._env_kwargs)
+
+    def _set_spaces(self, observation_space, action_space, action_dtype):
+        # BatchEnv's check: structured spaces (some EnvPool tasks have Dict ones) are refused.
+        env_group.array_spec(observation_space, 'observation')
+        env_group.array_spec(action_space, 'action')
+        if action_dtype is not None:
+            action_space = _box_of_dtype(action_space, action_dtype)
+        self.single_observation_space = observation_space
+        self.single_action_space = action_space
+        self.observation_space = gym.vector.utils.batch_space(observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(action_space, self.num_envs)
+        self._action_shape = (self.num_envs, *action_space.shape)
+
+    def _check_running(self):
+        if self.closed:
+            raise gym.error.ClosedEnvironmentError('the EnvPoolBatchEnv was closed')
+
+    def reset(self, *, seed=None, options=None):
+        """Resets all envs, or those in `options['reset_mask']` (a bool array), like BatchEnv.
+
+        `seed` is None, an int (env i gets seed + i) or a list of ints, one per env; a seeded
+        reset makes a new pool and so takes no reset_mask. Returns (observations, infos).
+        """
+        self._check_running()
+        if self._pending:
+            raise gym.error.AlreadyPendingCallError(
+                'reset while a step_async awaits its step_wait', self._pending)
+        mask = self._reset_mask(options)
+        if seed is not None:
+            if mask is not None:
+                raise ValueError(
+                    'EnvPool fixes its seeds when the pool is made: a seeded reset makes a new '
+                    "pool and resets every env, so it takes no options['reset_mask']")
+            self._reseed(self._seeds(seed))
+        self._fresh = False
+        if mask is None:
+            observations, infos = self._pool.reset()
+            self._needs_reset = False
+            self._ended[:] = False
+        else:
+            rows, infos = self._pool.reset(np.flatnonzero(mask).astype(np.int32))
+            ids = infos['env_id']  # The order of EnvPool's rows.
+            observations = self._observations.copy()
+            observations[ids] = rows
+            infos = _scatter_infos(infos, ids, self.num_envs)
+            self._ended[ids] = False
+        self._observations = np.asarray(observations, self.single_observation_space.dtype)
+        return self._observations, infos
+
+    def _reseed(self, seeds):
+        """Replaces the pool by one of `seeds`, unless it is fresh and has them already."""
+        if self._fresh and seeds == self._pool_seeds:
+            return
+        pool = self._make_pool(seeds)
+        self._pool.close()
+        self._pool, self._pool_seeds = pool, seeds
+
+    def _seeds(self, seed):
+        """One EnvPool seed per env from an int or a list, as BatchEnv takes them."""
+        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+            seeds = [int(seed) + index for index in range(self.num_envs)]
+        elif isinstance(seed, (str, bytes)) or not hasattr(seed, '__len__'):
+            raise TypeError(f'seed must be None, an int or a list of ints, got {seed!r}')
+        elif len(seed) != self.num_envs:
+            raise ValueError(
+                f'a list of seeds needs one per env ({self.num_envs}), got {len(seed)}')
+        elif not all(isinstance(value, numbers.Integral) and not isinstance(value, bool)
+                     for value in seed):
+            # Unlike a Gymnasium env, an EnvPool env cannot be left unseeded: no None.
+            raise TypeError(f'seeds must be ints, got {seed!r}')
+        else:
+            seeds = [int(value) for value in seed]
+        if min(seeds) < 0:
+            raise ValueError(f'seeds must be non-negative, got {seed!r}')
+        return [value % SEED_MODULUS for value in seeds]
+
+    def _reset_mask(self, options):
+        """The reset mask of `options` or None, checked like Gymnasium (and BatchEnv) do."""
+        if options is None:
+            return None
+        others = sorted(set(options) - {'reset_mask'})
+        if others:
+            raise ValueError(f'EnvPool resets take no options but reset_mask, got {others}')
+        mask = options.get('reset_mask')
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask)}")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(
+                f"options['reset_mask'] must have shape ({self.num_envs},), got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
+        if not mask.any():
+            raise ValueError(f"options['reset_mask'] must have a True value, got {mask}")
+        return mask
+
+    def step(self, actions):
+        """Steps every env with its row of `actions`; returns (obs, rewards, terminations,
+        truncations, infos)."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions):
+        """Checks the shape of `actions` and sends them to EnvPool, which steps at once."""
+        self._check_running()
+        if self._pending:
+            raise gym.error.AlreadyPendingCallError(
+                'step_async called twice without step_wait', self._pending)
+        if self._needs_reset:
+            raise RuntimeError(
+                'EnvPoolBatchEnv needs a full reset() before stepping: at the start and after '
+                'a step failed')
+        if self._ended.any():
+            raise RuntimeError(
+                f'envs {np.flatnonzero(self._ended).tolist()} finished their episodes and '
+                'autoreset is disabled: reset them with reset(options={"reset_mask": mask}) '
+                'before stepping; nothing was stepped')
+        actions = np.asarray(actions)
+        if actions.shape != self._action_shape:
+            raise ValueError(
+                f'actions must have shape {self._action_shape} (num_envs, '
+                f'*single_action_space.shape) for {self.single_action_space}, got shape '
+                f'{actions.shape}; nothing was stepped')
+        try:
+            self._pool.send(actions)  # Cast to EnvPool's dtype.
+        except Exception:
+            self._needs_reset = True
+            raise
+        self._pending = 'step'
+
+    def step_wait(self, timeout=None):
+        """The results of the step that `step_async` started.
+
+        `timeout` is accepted as BatchEnv takes it and ignored, as BatchEnv in-process does:
+        EnvPool's wait cannot be cut short.
+        """
+        del timeout
+        self._check_running()
+        if self._pending != 'step':
+            raise gym.error.NoAsyncCallError('step_wait without step_async', 'step')
+        self._pending = None
+        try:
+            observations, rewards, terminations, truncations, infos = self._pool.recv()
+        except Exception:
+            self._needs_reset = True
+            raise
+        # In sync mode EnvPool returns the rows in the order of the env ids sent: 0, 1, ...
+        self._observations = np.asarray(observations, self.single_observation_space.dtype)
+        np.logical_or(terminations, truncations, out=self._ended)
+        return self._observations, rewards, terminations, truncations, infos
+
+    def cancel_wait(self, reason):
+        """Nothing to cancel: EnvPool's step is one call into C++ (BatchEnv in-process's no-op)."""
+        del reason
+
+    def waiting(self):
+        """None: no workers are waited for (as BatchEnv in-process)."""
+        return None
+
+    def close_extras(self, terminate=False):
+        """Closes the pool; `terminate`, which BatchEnv takes for its workers, changes nothing."""
+        del terminate
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __repr__(self):
+        return f'EnvPoolBatchEnv({self.env_id!r}, num_envs={self.num_envs})'
+
+
+def _box_of_dtype(space, dtype):
+    """`space`, a Box, with float `dtype`."""
+    dtype = np.dtype(dtype)
+    if not isinstance(space, gym.spaces.Box) or dtype.kind != 'f':
+        raise ValueError(
+            f'action_dtype must be a float dtype for a Box action space; got {dtype} for {space}')
+    return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype)
+
+
+def _scatter_infos(infos, ids, num_envs):
+    """EnvPool's infos of the envs `ids` batched as Gymnasium batches a partial reset's: each
+    value in a num_envs array (zero elsewhere), `_key` marking the reset envs."""
+    mask = np.zeros(num_envs, bool)
+    mask[ids] = True
+    batched = {}
+    for key, value in infos.items():
+        if isinstance(value, dict):
+            batched[key] = _scatter_infos(value, ids, num_envs)
+        else:
+            value = np.asarray(value)
+            batched[key] = np.zeros((num_envs, *value.shape[1:]), value.dtype)
+            batched[key][ids] = value
+        batched[f'_{key}'] = mask
+    return batched

@@ -1,0 +1,336 @@
+"""Tests for envpool_env: EnvPool's environments with autoreset disabled.
+
+Where resets differ from Gymnasium: EnvPool draws initial states from its own random number
+generators, so the same seed starts other episodes than Gymnasium's environments do. The
+dynamics tests therefore copy each of EnvPool's initial states into a Gymnasium environment
+(Pendulum's angle and velocity from the observation; HalfCheetah's joint positions and
+velocities from the observation, with the x position, which the observation leaves out and
+EnvPool's reset infos give as 0, set to 0: the reward only uses its change) and then compare
+every step.
+"""
+
+import sys
+from unittest import mock
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest, parameterized
+
+from agents.tools import envpool_env, in_graph_batch_env, simulate
+from agents.tools import wrappers as wrappers_lib
+
+# One EnvPool thread per pool: the tests stay light on a shared machine.
+_KWARGS = {'num_threads': 1}
+
+
+def _make(env_id, num_envs=2, seed=3, action_dtype=None, **kwargs):
+    return envpool_env.EnvPoolBatchEnv(
+        env_id, num_envs, seed=seed, env_kwargs={**_KWARGS, **kwargs},
+        action_dtype=action_dtype)
+
+
+def _sync_pendulum(env, observation):
+    """Resets Gymnasium's Pendulum `env` (its time limit too) to the state `observation`
+    ([cos, sin, angular velocity]) shows."""
+    env.reset(seed=0)
+    cos, sin, velocity = observation.astype(np.float64)
+    env.unwrapped.state = np.array([np.arctan2(sin, cos), velocity])
+
+
+def _set_cheetah(env, observation, x_position=0.0):
+    """Sets Gymnasium's HalfCheetah `env` to the state `observation` shows."""
+    nq = env.unwrapped.model.nq
+    env.unwrapped.set_state(
+        np.concatenate([[x_position], observation[:nq - 1]]), observation[nq - 1:])
+
+
+class _RandomAlgorithm(simulate.Algorithm):
+    """Uniform random actions in `space` (Box or Discrete)."""
+
+    def __init__(self, space):
+        self._space = space
+
+    def perform(self, agent_indices, observ):
+        del observ
+        space, count = self._space, tf.shape(agent_indices)[0]
+        if isinstance(space, gym.spaces.Discrete):
+            action = tf.random.uniform(
+                [count], space.start, space.start + space.n, tf.dtypes.as_dtype(space.dtype))
+        else:
+            shape = tf.concat([[count], space.shape], 0)
+            action = tf.random.uniform(shape, space.low, space.high, space.dtype)
+        return action, ()
+
+
+class EnvPoolBatchEnvTest(parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.rng = np.random.default_rng(123)
+
+    def _uniform(self, space, num_envs):
+        return self.rng.uniform(space.low, space.high, (num_envs, *space.shape)).astype(
+            space.dtype)
+
+    @parameterized.parameters('Pendulum-v1', 'HalfCheetah-v5')
+    def test_spaces_and_dtypes_are_gymnasiums(self, env_id):
+        reference = gym.make(env_id)
+        self.addCleanup(reference.close)
+        env = _make(env_id, num_envs=3, action_dtype=reference.action_space.dtype)
+        self.addCleanup(env.close)
+        self.assertEqual(env.single_observation_space, reference.observation_space)
+        self.assertEqual(env.single_action_space, reference.action_space)
+        self.assertEqual(env.observation_space,
+                         gym.vector.utils.batch_space(reference.observation_space, 3))
+        self.assertEqual(env.action_space,
+                         gym.vector.utils.batch_space(reference.action_space, 3))
+        self.assertEqual(env.metadata['autoreset_mode'], gym.vector.AutoresetMode.DISABLED)
+        observations, _ = env.reset()
+        self.assertEqual(observations.shape, env.observation_space.shape)
+        self.assertEqual(observations.dtype, reference.observation_space.dtype)
+        observations, rewards, terminations, truncations, infos = env.step(
+            self._uniform(env.single_action_space, 3))
+        self.assertEqual(observations.dtype, reference.observation_space.dtype)
+        self.assertEqual(rewards.dtype, np.float32)  # EnvPool's; BatchEnv's are float64.
+        self.assertEqual((rewards.shape, terminations.shape, truncations.shape), ((3,),) * 3)
+        self.assertEqual((terminations.dtype, truncations.dtype), (np.bool_, np.bool_))
+        np.testing.assert_array_equal(infos['env_id'], [0, 1, 2])
+
+    def test_half_cheetah_actions_are_float64_unless_asked(self):
+        # Gymnasium's MuJoCo environments declare float32 actions, EnvPool float64.
+        env = _make('HalfCheetah-v5')
+        self.addCleanup(env.close)
+        self.assertEqual(env.single_action_space, gym.spaces.Box(-1, 1, (6,), np.float64))
+        self.assertEqual(env.single_observation_space.dtype, np.float64)
+        with self.assertRaisesRegex(ValueError, 'action_dtype must be a float dtype'):
+            _make('CartPole-v1', action_dtype=np.float32)
+
+    def test_pendulum_matches_gymnasium_through_partial_resets(self):
+        env = _make('Pendulum-v1')
+        self.addCleanup(env.close)
+        references = [gym.make('Pendulum-v1') for _ in range(2)]
+        for reference in references:
+            self.addCleanup(reference.close)
+        observations, _ = env.reset(seed=3)
+        for reference, observation in zip(references, observations, strict=True):
+            _sync_pendulum(reference, observation)
+        elapsed = np.zeros(2, int)
+        for step in range(1, 261):
+            if step == 61:  # Env 0 starts a new episode: from now on the two end apart.
+                previous = observations
+                observations, infos = env.reset(options={'reset_mask': np.array([True, False])})
+                np.testing.assert_array_equal(observations[1], previous[1])
+                np.testing.assert_array_equal(infos['_env_id'], [True, False])
+                self.assertEqual(infos['elapsed_step'][0], 0)
+                _sync_pendulum(references[0], observations[0])
+                elapsed[0] = 0
+            actions = self._uniform(env.single_action_space, 2)
+            observations, rewards, terminations, truncations, infos = env.step(actions)
+            elapsed += 1
+            np.testing.assert_array_equal(infos['elapsed_step'], elapsed)
+            for index, reference in enumerate(references):
+                observation, reward, terminated, truncated, _ = reference.step(actions[index])
+                np.testing.assert_allclose(observations[index], observation, atol=1e-5)
+                np.testing.assert_allclose(rewards[index], reward, atol=1e-5)
+                self.assertEqual((terminations[index], truncations[index]),
+                                 (terminated, truncated))
+            # Pendulum's 200-step time limit truncates env 1 at step 200, env 0 at step 260.
+            np.testing.assert_array_equal(truncations, [step == 260, step == 200])
+            np.testing.assert_array_equal(terminations, [False, False])
+            if step == 200:
+                with self.assertRaisesRegex(RuntimeError, r'envs \[1\] finished'):
+                    env.step(actions)  # Not stepped: EnvPool would spend it on its autoreset.
+                previous = observations
+                observations, infos = env.reset(options={'reset_mask': np.array([False, True])})
+                np.testing.assert_array_equal(observations[0], previous[0])
+                self.assertFalse(np.array_equal(observations[1], previous[1]))
+                np.testing.assert_array_equal(infos['_env_id'], [False, True])
+                np.testing.assert_array_equal(infos['env_id'], [0, 1])
+                _sync_pendulum(references[1], observations[1])
+                # The next step is an ordinary one (elapsed_step 1, the action used): the
+                # Gymnasium comparison above checks it.
+                elapsed[1] = 0
+
+    def test_half_cheetah_matches_gymnasium(self):
+        env = _make('HalfCheetah-v5', seed=5, action_dtype=np.float32)
+        self.addCleanup(env.close)
+        references = [gym.make('HalfCheetah-v5') for _ in range(2)]
+        for reference in references:
+            self.addCleanup(reference.close)
+            reference.reset(seed=0)
+        observations, _ = env.reset()
+        for reference, observation in zip(references, observations, strict=True):
+            _set_cheetah(reference, observation)
+        for step in range(1, 1001):
+            if step > 20:
+                # The dynamics are chaotic: 1e-13 apart (EnvPool links MuJoCo 3.6, Gymnasium
+                # uses 4.0), the two drift apart after about 50 steps, as Gymnasium does against
+                # itself. After 20 open-loop steps, each step starts from EnvPool's state.
+                for reference, observation in zip(references, observations, strict=True):
+                    _set_cheetah(reference, observation, reference.unwrapped.data.qpos[0])
+            actions = self._uniform(env.single_action_space, 2)
+            observations, rewards, terminations, truncations, _ = env.step(actions)
+            for index, reference in enumerate(references):
+                observation, reward, terminated, truncated, _ = reference.step(actions[index])
+                np.testing.assert_allclose(observations[index], observation, atol=1e-9)
+                np.testing.assert_allclose(rewards[index], reward, atol=1e-5)  # float32
+                self.assertEqual((terminations[index], truncations[index]),
+                                 (terminated, truncated))
+        np.testing.assert_array_equal(truncations, [True, True])  # At the 1000-step limit.
+
+    @parameterized.parameters(('CartPole-v1', {}), ('Pendulum-v1', {'max_episode_steps': 50}))
+    def test_in_graph_rollout_matches_a_replay(self, env_id, kwargs):
+        env = in_graph_batch_env.InGraphBatchEnv(_make(env_id, num_envs=4, **kwargs), seed=11)
+        self.addCleanup(env.close)
+        simulator = simulate.Simulator(env, _RandomAlgorithm(env.action_space))
+        rollout = simulator.rollout(300)
+        done = rollout.terminated.numpy() | rollout.truncated.numpy()
+        # Several episodes, which (CartPole) end at different steps: partial resets.
+        self.assertGreater(done.sum(), 4 * 5)
+        self.assertTrue(rollout.first.numpy()[0].all())
+        # The same seed and actions, stepped and reset in numpy.
+        replay = _make(env_id, num_envs=4, seed=0, **kwargs)
+        self.addCleanup(replay.close)
+        observations, _ = replay.reset(seed=11)
+        ended = np.zeros(4, bool)
+        for step, actions in enumerate(rollout.action.numpy()):
+            if ended.any():
+                observations, _ = replay.reset(options={'reset_mask': ended})
+            np.testing.assert_array_equal(rollout.observ[step], observations)
+            observations, rewards, terminations, truncations, _ = replay.step(actions)
+            np.testing.assert_array_equal(rollout.next_observ[step], observations)
+            np.testing.assert_array_equal(rollout.reward[step], rewards)
+            np.testing.assert_array_equal(rollout.terminated[step], terminations)
+            np.testing.assert_array_equal(rollout.truncated[step], truncations)
+            ended = terminations | truncations
+
+    def test_default_wrappers_through_the_in_graph_env(self):
+        # The runs' default wrappers, applied to the batch: spaces as the Gymnasium backend's.
+        names = ('range_normalize', 'ClipAction')
+        wrapped = wrappers_lib.apply_wrappers(_make('Pendulum-v1', num_envs=3), names)
+        reference = wrappers_lib.apply_wrappers(gym.make('Pendulum-v1'), names)
+        self.addCleanup(reference.close)
+        self.assertEqual(wrapped.single_observation_space, reference.observation_space)
+        self.assertEqual(wrapped.single_action_space, reference.action_space)
+        env = in_graph_batch_env.InGraphBatchEnv(wrapped, seed=1)
+        self.addCleanup(env.close)
+        simulator = simulate.Simulator(
+            env, _RandomAlgorithm(gym.spaces.Box(-1, 1, (1,), np.float32)))
+        rollout = simulator.rollout(250)
+        self.assertEqual(rollout.observ.shape, (250, 3, 3))
+        self.assertTrue(np.all(np.abs(rollout.next_observ.numpy()) <= 1 + 1e-6))
+        np.testing.assert_array_equal(rollout.truncated.numpy().sum(axis=0), [1, 1, 1])
+
+    def test_seeds(self):
+        env = _make('Pendulum-v1', num_envs=3)
+        self.addCleanup(env.close)
+        first, _ = env.reset(seed=5)
+        env.step(np.zeros((3, 1), np.float32))
+        unseeded, _ = env.reset()
+        self.assertFalse(np.array_equal(unseeded, first))  # New episodes from the same pool.
+        again, _ = env.reset(seed=5)  # A new pool: the same episodes.
+        np.testing.assert_array_equal(again, first)
+        listed, _ = env.reset(seed=[5, 6, 7])
+        np.testing.assert_array_equal(listed, first)
+        other = _make('Pendulum-v1', num_envs=1, seed=6)  # Env i gets seed + i.
+        self.addCleanup(other.close)
+        np.testing.assert_array_equal(other.reset()[0][0], first[1])
+        # EnvPool's seeds are int32: larger ones (evaluation's 62-bit seeds) are folded.
+        folded, _ = env.reset(seed=2**62 + 5)
+        np.testing.assert_array_equal(folded, first)
+        for seed, error in ((-1, ValueError), ([1, 2], ValueError), ([1, None, 2], TypeError),
+                            ('5', TypeError)):
+            with self.assertRaises(error):
+                env.reset(seed=seed)
+        with self.assertRaisesRegex(ValueError, 'takes no'):
+            env.reset(seed=1, options={'reset_mask': np.array([True, False, False])})
+
+    def test_order_of_calls(self):
+        env = _make('Pendulum-v1')
+        actions = np.zeros((2, 1), np.float32)
+        with self.assertRaisesRegex(RuntimeError, 'full reset'):
+            env.step(actions)
+        env.reset(options={'reset_mask': np.array([True, False])})
+        with self.assertRaisesRegex(RuntimeError, 'full reset'):
+            env.step(actions)
+        env.reset()
+        env.step_async(actions)
+        with self.assertRaises(gym.error.AlreadyPendingCallError):
+            env.step_async(actions)
+        with self.assertRaises(gym.error.AlreadyPendingCallError):
+            env.reset()
+        self.assertLen(env.step_wait(), 5)
+        with self.assertRaises(gym.error.NoAsyncCallError):
+            env.step_wait()
+        env.cancel_wait('stopping')  # Nothing to cancel.
+        self.assertIsNone(env.waiting())
+        env.close(terminate=True)
+        self.assertTrue(env.closed)
+        with self.assertRaises(gym.error.ClosedEnvironmentError):
+            env.reset()
+
+    def test_partial_reset_puts_each_row_in_its_place(self):
+        # Each env draws its initial states from its own generator, so a twin's second full
+        # reset tells what the reset envs must show.
+        env, twin = _make('Pendulum-v1', num_envs=3), _make('Pendulum-v1', num_envs=3)
+        self.addCleanup(env.close)
+        self.addCleanup(twin.close)
+        first, _ = env.reset()
+        twin.reset()
+        second, _ = twin.reset()
+        observations, infos = env.reset(options={'reset_mask': np.array([True, False, True])})
+        np.testing.assert_array_equal(observations, [second[0], first[1], second[2]])
+        np.testing.assert_array_equal(infos['_env_id'], [True, False, True])
+        np.testing.assert_array_equal(infos['env_id'], [0, 0, 2])
+
+    def test_reset_options_are_checked(self):
+        env = _make('Pendulum-v1')
+        self.addCleanup(env.close)
+        for options, error in (
+                ({'reset_mask': [True, False]}, TypeError),
+                ({'reset_mask': np.array([True])}, ValueError),
+                ({'reset_mask': np.array([1, 0])}, TypeError),
+                ({'reset_mask': np.array([False, False])}, ValueError),
+                ({'reset_mask': np.array([True, True]), 'other': 1}, ValueError)):
+            with self.assertRaises(error):
+                env.reset(options=options)
+
+    def test_actions_of_the_wrong_shape_are_refused(self):
+        # EnvPool reads them out of bounds, or aborts the process, after its first step.
+        # BatchEnv's other refusals (out of range, NaN, wrong dtype kind) live in its private
+        # _ActionChecker and are not made here: EnvPool clips Box actions and passes NaN on.
+        env, twin = _make('Pendulum-v1', num_envs=3), _make('Pendulum-v1', num_envs=3)
+        self.addCleanup(env.close)
+        self.addCleanup(twin.close)
+        env.reset()
+        twin.reset()
+        actions = self._uniform(env.single_action_space, 3)
+        for bad in (actions[:2], actions[:, 0], np.concatenate([actions, actions], 1)):
+            with self.assertRaisesRegex(ValueError, r'shape \(3, 1\).*nothing was stepped'):
+                env.step(bad)
+        np.testing.assert_array_equal(env.step(actions)[0], twin.step(actions)[0])
+
+    def test_missing_envpool_says_how_to_install_it(self):
+        with mock.patch.dict(sys.modules, {'envpool': None}):
+            with self.assertRaises(envpool_env.EnvPoolMissingError) as raised:
+                envpool_env.EnvPoolBatchEnv('Pendulum-v1', 2)
+        self.assertIsInstance(raised.exception, ImportError)
+        self.assertEqual(
+            str(raised.exception),
+            "EnvPool is not installed; install it with: pip install 'batchppo[envpool]'")
+
+    def test_bad_arguments(self):
+        with self.assertRaisesRegex(ValueError, 'not an EnvPool task'):
+            envpool_env.EnvPoolBatchEnv('Nope-v0', 2)
+        with self.assertRaisesRegex(ValueError, 'num_envs must be'):
+            envpool_env.EnvPoolBatchEnv('Pendulum-v1', 0)
+        with self.assertRaisesRegex(ValueError, r"\['batch_size', 'seed'\] are set by"):
+            envpool_env.EnvPoolBatchEnv(
+                'Pendulum-v1', 2, env_kwargs={'batch_size': 1, 'seed': 1})
+        with self.assertRaises(TypeError):  # EnvPool's own check.
+            envpool_env.EnvPoolBatchEnv('Pendulum-v1', 2, env_kwargs={'no_such_kwarg': 1})
+
+
+if __name__ == '__main__':
+    absltest.main()
