@@ -100,8 +100,16 @@ def _env_factory(env_fn, index):
     return env_fn
 
 
-class _ActionChecker:
-    """Vectorised validation of a batch of actions against the single action space."""
+class ActionChecker:
+    """Vectorised validation of a batch of actions against the single action space.
+
+    `ActionChecker(space, num_envs)(actions)` returns `actions` as an array, or raises before
+    anything is stepped: ValueError for a shape other than (num_envs, *space.shape), for NaN
+    and for values outside the space (a Discrete's n values from its start, a Box's bounds);
+    TypeError for a dtype of another kind (e.g. floats for a Discrete space). BatchEnv and
+    envpool_env.EnvPoolBatchEnv check every step with it. Spaces: Box, Discrete,
+    MultiDiscrete, MultiBinary.
+    """
 
     def __init__(self, space, num_envs):
         self._space = space
@@ -258,7 +266,7 @@ class BatchEnv(gym.vector.VectorEnv):
         self.metadata = dict(first_env.metadata)
         self.metadata['autoreset_mode'] = self.autoreset_mode
         self.render_mode = first_env.render_mode
-        self._check_actions = _ActionChecker(self.single_action_space, self.num_envs)
+        self._check_actions = ActionChecker(self.single_action_space, self.num_envs)
 
     def _set_spaces(self, env):
         env_group.array_spec(env.observation_space, 'observation')

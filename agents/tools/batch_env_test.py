@@ -667,6 +667,29 @@ class BadInputTest(BatchEnvTestCase):
             env.step(np.array([1, 2]))
         env.step([1, 0])
 
+    def test_action_checker_alone(self):
+        # The public checker, which other VectorEnvs (envpool_env.EnvPoolBatchEnv) use too.
+        for space, good, bad in (
+                (gym.spaces.Box(-2, 2, (1,), np.float32), [[0.5], [-2.0]],
+                 ((np.array([[0.0], [2.5]]), ValueError, r'env 1, array\(\[2.5\]\).*outside'),
+                  (np.array([[np.nan], [0.0]]), ValueError, r'env 0, array\(\[nan\]\), is NaN'),
+                  (np.zeros((2,)), ValueError, r'shape \(2, 1\).*got shape \(2,\)'),
+                  (np.full((2, 1), 'a'), TypeError, 'dtype <U1'))),
+                (gym.spaces.Discrete(3, start=1), [1, 3],
+                 ((np.array([0, 1]), ValueError, r'env 0, np.int64\(0\).*outside'),
+                  (np.array([1, 4]), ValueError, r'env 1, np.int64\(4\).*outside'),
+                  (np.array([1.0, 2.0]), TypeError, 'float64'),
+                  (np.array([[1], [2]]), ValueError, r'shape \(2,\)'))),
+                (gym.spaces.MultiBinary(2), [[0, 1], [True, False]],
+                 ((np.array([[0, 2], [0, 0]]), ValueError, 'env 0'),))):
+            checker = batch_env.ActionChecker(space, 2)
+            with self.subTest(space=space):
+                np.testing.assert_array_equal(checker(good), np.asarray(good))
+                self.assertIsInstance(checker(good), np.ndarray)
+                for actions, error_type, message in bad:
+                    with self.assertRaisesRegex(error_type, f'{message}.*nothing was stepped'):
+                        checker(actions)
+
     @parameterized.parameters(*MODES)
     def test_stepping_a_finished_env_without_autoreset_raises(self, mode):
         env_fns = [ENV_FACTORIES['Pendulum-v1']] * 2

@@ -23,7 +23,7 @@ import numbers
 import gymnasium as gym
 import numpy as np
 
-from agents.tools import env_group
+from agents.tools import batch_env, env_group
 
 AutoresetMode = gym.vector.AutoresetMode
 
@@ -67,11 +67,13 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
       observation space's dtype, which for the tasks checked is EnvPool's and Gymnasium's;
     - infos are EnvPool's (`env_id`, `elapsed_step` and the task's own, zero at a reset); those
       of a partial reset are batched as Gymnasium does, with `_key` masks of the reset rows;
-    - actions of the wrong shape are refused (EnvPool would read them out of bounds, or abort
-      the process), but not actions out of the space or NaN: EnvPool clips Box actions to the
-      space and passes NaN on;
     - no `render`, `call`, `get_attr` or `set_attr`; `cancel_wait` and `waiting` do nothing, as
       for BatchEnv in-process (there are no workers to wait for).
+
+    Bad actions are refused as BatchEnv refuses them (`batch_env.ActionChecker`), before
+    EnvPool sees them and with nothing stepped: a wrong shape (which EnvPool would read out of
+    bounds, or abort the process on), NaN (which it passes on), values outside the action space
+    (Box ones it would clip) and dtypes of another kind.
     """
 
     def __init__(self, env_id, num_envs, seed=None, env_kwargs=None, action_dtype=None):
@@ -145,7 +147,7 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         self.single_action_space = action_space
         self.observation_space = gym.vector.utils.batch_space(observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(action_space, self.num_envs)
-        self._action_shape = (self.num_envs, *action_space.shape)
+        self._check_actions = batch_env.ActionChecker(action_space, self.num_envs)
 
     def _check_running(self):
         if self.closed:
@@ -236,7 +238,8 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         return self.step_wait()
 
     def step_async(self, actions):
-        """Checks the shape of `actions` and sends them to EnvPool, which steps at once."""
+        """Checks `actions` as BatchEnv does (`batch_env.ActionChecker`) and sends them to
+        EnvPool, which steps at once."""
         self._check_running()
         if self._pending:
             raise gym.error.AlreadyPendingCallError(
@@ -250,12 +253,7 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
                 f'envs {np.flatnonzero(self._ended).tolist()} finished their episodes and '
                 'autoreset is disabled: reset them with reset(options={"reset_mask": mask}) '
                 'before stepping; nothing was stepped')
-        actions = np.asarray(actions)
-        if actions.shape != self._action_shape:
-            raise ValueError(
-                f'actions must have shape {self._action_shape} (num_envs, '
-                f'*single_action_space.shape) for {self.single_action_space}, got shape '
-                f'{actions.shape}; nothing was stepped')
+        actions = self._check_actions(actions)
         try:
             self._pool.send(actions)  # Cast to EnvPool's dtype.
         except Exception:

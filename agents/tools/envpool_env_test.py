@@ -296,20 +296,39 @@ class EnvPoolBatchEnvTest(parameterized.TestCase):
             with self.assertRaises(error):
                 env.reset(options=options)
 
-    def test_actions_of_the_wrong_shape_are_refused(self):
-        # EnvPool reads them out of bounds, or aborts the process, after its first step.
-        # BatchEnv's other refusals (out of range, NaN, wrong dtype kind) live in its private
-        # _ActionChecker and are not made here: EnvPool clips Box actions and passes NaN on.
-        env, twin = _make('Pendulum-v1', num_envs=3), _make('Pendulum-v1', num_envs=3)
-        self.addCleanup(env.close)
-        self.addCleanup(twin.close)
-        env.reset()
-        twin.reset()
-        actions = self._uniform(env.single_action_space, 3)
-        for bad in (actions[:2], actions[:, 0], np.concatenate([actions, actions], 1)):
-            with self.assertRaisesRegex(ValueError, r'shape \(3, 1\).*nothing was stepped'):
-                env.step(bad)
-        np.testing.assert_array_equal(env.step(actions)[0], twin.step(actions)[0])
+    def test_bad_actions_are_refused_before_envpool_sees_them(self):
+        # BatchEnv's checks (batch_env.ActionChecker): EnvPool would read a wrong shape out of
+        # bounds (or abort the process), pass NaN on, clip a Box action and step with a
+        # Discrete one out of range. A twin stepped with the good actions alone shows that
+        # nothing was stepped.
+        for env_id, good, bad in (
+                ('Pendulum-v1', np.array([[0.5], [-1.0], [2.0]], np.float32), (
+                    (np.zeros((2, 1), np.float32), ValueError, r'shape \(3, 1\)'),
+                    (np.zeros((3,), np.float32), ValueError, r'shape \(3, 1\)'),
+                    (np.zeros((3, 2), np.float32), ValueError, r'shape \(3, 1\)'),
+                    (np.array([[0.0], [np.nan], [0.0]]), ValueError, r'env 1, .*is NaN'),
+                    (np.array([[0.0], [0.0], [2.5]]), ValueError, r'env 2, .*outside'),
+                    (np.full((3, 1), 'a'), TypeError, 'dtype <U1'))),
+                ('CartPole-v1', np.array([1, 0, 1]), (
+                    (np.array([0, 2, 1]), ValueError, r'env 1, np.int64\(2\).*outside'),
+                    (np.array([0, -1, 1]), ValueError, r'env 1, np.int64\(-1\).*outside'),
+                    (np.array([0.0, 1.0, 1.0]), TypeError, 'dtype float64'),
+                    (np.array([[0], [1], [1]]), ValueError, r'shape \(3,\)')))):
+            with self.subTest(env_id=env_id):
+                env, twin = _make(env_id, num_envs=3), _make(env_id, num_envs=3)
+                self.addCleanup(env.close)
+                self.addCleanup(twin.close)
+                env.reset()
+                twin.reset()
+                for actions, error_type, message in bad:
+                    with self.assertRaisesRegex(error_type, f'{message}.*nothing was stepped'):
+                        env.step(actions)
+                for _ in range(3):
+                    stepped, expected = env.step(good), twin.step(good)
+                    for value, reference in zip(stepped[:4], expected[:4], strict=True):
+                        np.testing.assert_array_equal(value, reference)
+                    np.testing.assert_array_equal(stepped[4]['elapsed_step'],
+                                                  expected[4]['elapsed_step'])
 
     def test_missing_envpool_says_how_to_install_it(self):
         with mock.patch.dict(sys.modules, {'envpool': None}):
