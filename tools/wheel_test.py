@@ -23,17 +23,28 @@ BUILD_FILES = ('pyproject.toml', 'README.md', 'setup.py', 'setup.cfg', 'MANIFEST
 ENSUREPIP_SETUPTOOLS = '65.5.0'
 
 
-def runtime_requirements(requirements_in):
-    """The pinned runtime section of requirements.in (before the tools)."""
-    requirements = []
+def requirement_sections(requirements_in):
+    """{section: [requirement]} of requirements.in: '' for the runtime section at the top, the
+    extra's name for each `# Optional: the <name> extra ...` section after it; the build and
+    test tools at the end are left out."""
+    sections, section = {'': []}, ''
     with open(requirements_in, encoding='utf-8') as lines:
         for line in lines:
             if line.startswith('# Build and test tools'):
                 break
+            optional = re.match(r'# Optional: the (\S+) extra', line)
+            if optional:
+                section = optional.group(1)
+                sections[section] = []
             line = line.split('#', 1)[0].strip()
             if line:
-                requirements.append(line)
-    return requirements
+                sections[section].append(line)
+    return sections
+
+
+def runtime_requirements(requirements_in):
+    """The pinned runtime section of requirements.in (before the extras and the tools)."""
+    return requirement_sections(requirements_in)['']
 
 
 def normalize(requirement):
@@ -168,6 +179,21 @@ class WheelTest(absltest.TestCase):
         gcp = requires_dist(self.metadata)['gcp']
         self.assertIn(('apache-beam', 'gcp', '2.77.0'), gcp)
         self.assertEqual({name for name, _, _ in gcp}, {'apache-beam', 'build', 'setuptools'})
+
+    def test_optional_sections_of_requirements_in_are_the_extras(self):
+        """Each optional section of requirements.in is the extra of its name (but gcp, which
+        is Dataflow's: see above), as pinned there: `pip install 'batchppo[envpool]'`."""
+        required = requires_dist(self.metadata)
+        sections = requirement_sections(
+            os.path.join(self.root, 'third_party', 'py', 'requirements.in'))
+        extras = {name: {normalize(r) for r in requirements}
+                  for name, requirements in sections.items() if name}
+        self.assertEqual(extras, {'envpool': {('envpool', '', '1.2.5')}})
+        self.assertEqual(set(required) - {'', 'gcp'}, set(extras))
+        for name, requirements in extras.items():
+            self.assertEqual(required[name], requirements, f'the {name} extra')
+            # Optional: not among the dependencies of every install.
+            self.assertEmpty({r[0] for r in requirements} & {r[0] for r in required['']})
 
     def test_build_requirements_admit_a_fresh_venvs_setuptools(self):
         """Beam builds without isolation, with the venv's setuptools: the build requirements
