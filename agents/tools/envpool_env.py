@@ -19,6 +19,7 @@ imported when an EnvPoolBatchEnv is made, so this module imports without it.
 """
 
 import numbers
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -133,9 +134,17 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
             self.single_observation_space.dtype)
 
     def _make_pool(self, seeds):
-        return self._envpool.make(
+        pool = self._envpool.make(
             self.env_id, env_type='gymnasium', num_envs=self.num_envs,
             batch_size=self.num_envs, seed=seeds, **self._env_kwargs)
+        with warnings.catch_warnings():
+            # A pool builds its spaces when first asked (at the latest in its first reset) and
+            # keeps them. EnvPool's float32 spaces get float64 bounds (e.g. Pendulum's
+            # observations), which Gymnasium warns it rounds: nothing to act on, in every run.
+            warnings.filterwarnings('ignore', r'.*precision lowered by casting to float32')
+            pool.observation_space  # noqa: B018 (builds it)
+            pool.action_space  # noqa: B018
+        return pool
 
     def _set_spaces(self, observation_space, action_space, action_dtype):
         # BatchEnv's check: structured spaces (some EnvPool tasks have Dict ones) are refused.

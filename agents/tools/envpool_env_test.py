@@ -10,6 +10,7 @@ every step.
 """
 
 import sys
+import warnings
 from unittest import mock
 
 import gymnasium as gym
@@ -96,6 +97,18 @@ class EnvPoolBatchEnvTest(parameterized.TestCase):
         self.assertEqual((rewards.shape, terminations.shape, truncations.shape), ((3,),) * 3)
         self.assertEqual((terminations.dtype, truncations.dtype), (np.bool_, np.bool_))
         np.testing.assert_array_equal(infos['env_id'], [0, 1, 2])
+
+    def test_pendulums_rounded_bounds_are_not_warned_about(self):
+        # EnvPool gives its float32 observation space float64 bounds; Gymnasium's warning
+        # about rounding them would show in every run.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            env = _make('Pendulum-v1')
+            self.addCleanup(env.close)
+            env.reset()
+            env.reset(seed=7)  # A new pool.
+            env.step(np.zeros((2, 1), np.float32))
+        self.assertEqual([str(warning.message) for warning in caught], [])
 
     def test_half_cheetah_actions_are_float64_unless_asked(self):
         # Gymnasium's MuJoCo environments declare float32 actions, EnvPool float64.
