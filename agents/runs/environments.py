@@ -1,27 +1,31 @@
-"""The environments of a run, for both backends: what training and evaluation step.
+"""The environments of a run, for each backend: what training and evaluation step.
 
 With the Gymnasium backend, `num_envs` Gymnasium environments are stepped as one batch (in
 worker processes or in-process, see tools/batch_env.py) behind the in-graph batch env, and the
 evaluation environments in-process; with the native backend, both are TF environments from
-agents/envs. Mistakes of the configuration (an unknown id, bad keyword arguments or wrappers)
-become a `ConfigError` naming them.
+agents/envs; with the EnvPool backend, both are pools of EnvPool's C++ environments
+(tools/envpool_env.py, sync mode) behind the in-graph batch env, wrapped as a batch. Mistakes of
+the configuration (an unknown id, bad keyword arguments or wrappers, EnvPool missing) become a
+`ConfigError` naming them.
 """
 
 import contextlib
+import difflib
 import functools
 import importlib
 import re
 
 import gymnasium as gym
+import numpy as np
 import tensorflow as tf
 
 from agents import envs
 from agents.runs import run_config
 from agents.storage import failures
-from agents.tools import batch_env, in_graph_batch_env
+from agents.tools import batch_env, envpool_env, in_graph_batch_env
 from agents.tools import wrappers as wrappers_lib
 
-BACKENDS = ('gymnasium', 'native')
+BACKENDS = ('gymnasium', 'native', 'envpool')
 MODES = ('external', 'in_process', 'hybrid')
 # Bounded observations and actions rescaled to [-1, 1], the policy's actions clipped to the
 # action space.
@@ -34,10 +38,18 @@ EVAL_SEED_OFFSET = 1_000_000
 class Environments:
     """The training and evaluation environments of a run (a context that closes them).
 
-    `rebuild_training()` makes fresh training environments (Gymnasium backend; None for the
-    native one, whose environments run no code that could crash). A list of K seeds (native
-    backend) makes K blocks of `num_envs` training and `eval_episodes` evaluation environments,
-    one per member of a population, each seeded as a lone run of its seed.
+    `make_training()` makes fresh training environments (Gymnasium and EnvPool backends; None
+    for the native one, whose environments run no code that could crash). A list of K seeds
+    (native backend) makes K blocks of `num_envs` training and `eval_episodes` evaluation
+    environments, one per member of a population, each seeded as a lone run of its seed.
+
+    On the EnvPool backend `env_kwargs` are arguments of `envpool.make` (e.g. `num_threads`),
+    the wrappers wrap each batch (Gymnasium's vector wrappers, see `wrappers.apply_wrappers`),
+    Box actions are offered as float32 as Gymnasium's environments declare them, and `mode`
+    and `num_workers` do not apply (EnvPool steps in its own C++ threads). Seeds are those of
+    the Gymnasium backend (env i of training gets `seed` + i, of evaluation `seed` +
+    EVAL_SEED_OFFSET + i, and each evaluation reseeds), but EnvPool draws other initial states
+    from them than Gymnasium does.
     """
 
     def __init__(self, env_id, backend, num_envs, eval_episodes, seed, env_kwargs=None,
@@ -50,6 +62,21 @@ class Environments:
                 self.training, self.evaluation = _native_envs(
                     env_id, env_kwargs, wrappers, num_envs, eval_episodes, native_dtype,
                     check_inputs=check_inputs, seed=seed)
+            elif backend == 'envpool':
+                self.make_training = functools.partial(
+                    make_envpool_env, env_id, num_envs, env_kwargs, wrappers)
+                # Made with the seeds of its first reset, which then keeps the pool.
+                self.training = in_graph_batch_env.InGraphBatchEnv(
+                    _configured(functools.partial(self.make_training, seed=seed), env_id),
+                    seed=seed)
+                self._stack.callback(self.training.close)
+                eval_seed = seed + EVAL_SEED_OFFSET
+                self.evaluation = in_graph_batch_env.InGraphBatchEnv(
+                    _configured(functools.partial(
+                        make_envpool_env, env_id, eval_episodes, env_kwargs, wrappers,
+                        seed=eval_seed), env_id),
+                    seed=eval_seed)
+                self._stack.callback(self.evaluation.close)
             else:
                 env_fn = env_factory(env_id, env_kwargs, wrappers)
                 self.make_training = functools.partial(
@@ -84,9 +111,15 @@ def action_size(space):
         f'the algorithms support Discrete and one-dimensional Box action spaces, got {space}')
 
 
-def check_env_id(env_id):
+def check_env_id(env_id, backend='gymnasium'):
+    """Raises a ConfigError unless `env_id` names an environment of `backend`: one Gymnasium
+    knows (native backend too: agents/envs' twins have Gymnasium ids), or an EnvPool task,
+    which needs EnvPool installed. Makes no environment."""
     if not isinstance(env_id, str):
         raise run_config.ConfigError(f'train.env_id must be a string, got {env_id!r}')
+    if backend == 'envpool':
+        _check_envpool_task(env_id)
+        return
     module, _, name = env_id.rpartition(':')
     try:
         if module:  # 'package.module:Env-v0', as gymnasium.make takes it.
@@ -94,6 +127,45 @@ def check_env_id(env_id):
         gym.spec(name)
     except (gym.error.Error, ImportError) as error:
         raise run_config.ConfigError(f'unknown env id {env_id!r}: {error}') from error
+
+
+def _import_envpool():
+    """The envpool module, or a ConfigError saying how to install it."""
+    try:
+        return envpool_env.import_envpool()
+    except envpool_env.EnvPoolMissingError as error:
+        raise run_config.ConfigError(f"train.env_backend = 'envpool': {error}") from error
+
+
+def _check_envpool_task(env_id):
+    tasks = _import_envpool().list_all_envs()
+    if env_id not in tasks:
+        close = difflib.get_close_matches(env_id, tasks, n=3)
+        hint = (f'; did you mean {", ".join(map(repr, close))}?' if close
+                else '; envpool.list_all_envs() lists them')
+        raise run_config.ConfigError(
+            f"train.env_backend = 'envpool': {env_id!r} is not an EnvPool task{hint}")
+
+
+def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None):
+    """`num_envs` EnvPool environments of `env_id` (`env_kwargs`: arguments of `envpool.make`)
+    as a VectorEnv with explicit resets, wrapped as a batch in `wrappers`.
+
+    Box actions are float32 (EnvPool declares float64 for MuJoCo tasks), as Gymnasium's
+    environments declare them, so that the spaces, and a policy exported from the run, are the
+    Gymnasium backend's. `seed`: that of the pool until a seeded reset (see EnvPoolBatchEnv).
+    """
+    _check_envpool_task(env_id)  # Before EnvPool's own errors for an unknown id.
+    envpool = _import_envpool()
+    box_actions = isinstance(envpool.make_spec(env_id).gymnasium_action_space, gym.spaces.Box)
+    env = envpool_env.EnvPoolBatchEnv(
+        env_id, num_envs, seed=seed, env_kwargs=env_kwargs,
+        action_dtype=np.float32 if box_actions else None)
+    try:
+        return _FailureRecorder(wrappers_lib.apply_wrappers(env, tuple(wrappers)))
+    except BaseException:
+        env.close()
+        raise
 
 
 def env_factory(env_id, env_kwargs=None, wrappers=(), **make_kwargs):
@@ -125,17 +197,20 @@ def make_vector_env(env_fn, num_envs, mode, num_workers):
 
 
 class _FailureRecorder(gym.vector.VectorWrapper):
-    """Keeps the exception of a failed `step` or `reset`, which TF's error only quotes."""
+    """Keeps the exception of a failed `step` or `reset`, which TF's error only quotes.
+
+    `cancel_wait` and `waiting` reach the BatchEnv or EnvPoolBatchEnv inside, also through
+    vector wrappers (Gymnasium's do not forward them)."""
 
     def __init__(self, env):
         super().__init__(env)
         self.failure = None
 
     def cancel_wait(self, reason):
-        self.env.cancel_wait(reason)
+        self.env.unwrapped.cancel_wait(reason)
 
     def waiting(self):
-        return self.env.waiting()
+        return self.env.unwrapped.waiting()
 
     def step(self, actions):
         try:

@@ -1,6 +1,7 @@
 """Tests for the environments of a run: both backends, seeds, and mistakes as ConfigErrors."""
 
 import inspect
+import sys
 from unittest import mock
 
 import gin
@@ -10,7 +11,12 @@ from absl.testing import absltest
 
 from agents.envs import native_batch_env
 from agents.runs import environments, run_config
-from agents.tools import batch_env, external_worker, in_graph_batch_env
+from agents.tools import batch_env, envpool_env, external_worker, in_graph_batch_env
+
+# One EnvPool thread per pool: the tests stay light on a shared machine.
+ENVPOOL_KWARGS = {'num_threads': 1}
+MISSING_ENVPOOL = ("train.env_backend = 'envpool': EnvPool is not installed; install it with: "
+                   "pip install 'batchppo[envpool]'")
 
 
 class EnvironmentsTest(absltest.TestCase):
@@ -36,6 +42,96 @@ class EnvironmentsTest(absltest.TestCase):
             self.assertLen(envs.evaluation, 1)
             self.assertIsNone(envs.make_training)
             self.assertIsInstance(envs.training.action_space, gym.spaces.Discrete)
+
+    def test_envpool_backend_has_the_gymnasium_backends_spaces_and_seeds(self):
+        # CartPole without wrappers, as configs/cartpole.gin (ClipAction needs a Box).
+        for env_id, wrappers in (('Pendulum-v1', environments.DEFAULT_WRAPPERS),
+                                 ('CartPole-v1', ()),
+                                 ('HalfCheetah-v5', environments.DEFAULT_WRAPPERS),
+                                 ('Hopper-v5', environments.DEFAULT_WRAPPERS)):
+            observation_space, action_space = environments.spaces(env_id, wrappers=wrappers)
+            with self.subTest(env_id=env_id), environments.Environments(
+                    env_id, 'envpool', num_envs=3, eval_episodes=2, seed=5,
+                    env_kwargs=ENVPOOL_KWARGS, wrappers=wrappers) as envs:
+                self.assertLen(envs.training, 3)
+                self.assertLen(envs.evaluation, 2)
+                for env in (envs.training, envs.evaluation):
+                    self.assertIsInstance(env.vector_env.unwrapped, envpool_env.EnvPoolBatchEnv)
+                    # As the Gymnasium backend's: float32 Box actions (EnvPool's MuJoCo ones
+                    # are float64), bounded observations rescaled to [-1, 1].
+                    self.assertEqual(env.observation_space, observation_space)
+                    self.assertEqual(env.action_space, action_space)
+                # Env i of training starts from seed 5 + i, of evaluation from 1_000_005 + i.
+                for env, seed in ((envs.training, 5),
+                                  (envs.evaluation, 5 + environments.EVAL_SEED_OFFSET)):
+                    twin = environments.make_envpool_env(
+                        env_id, len(env), ENVPOOL_KWARGS, wrappers, seed=seed)
+                    self.addCleanup(twin.close)
+                    np.testing.assert_array_equal(env.reset().numpy(), twin.reset()[0])
+                # Each evaluation reseeds (the evaluator's 62-bit seeds): the same episodes
+                # for the same seed.
+                starts = []
+                for seed in (2**62 + 7, 2**62 + 7, 3):
+                    envs.evaluation.seed_next_reset(seed)
+                    starts.append(envs.evaluation.reset().numpy())
+                np.testing.assert_array_equal(starts[0], starts[1])
+                self.assertFalse(np.array_equal(starts[0], starts[2]))
+
+    def test_envpool_training_environments_are_rebuilt_and_failures_kept(self):
+        with environments.Environments('CartPole-v1', 'envpool', num_envs=2, eval_episodes=1,
+                                       seed=0, env_kwargs=ENVPOOL_KWARGS, wrappers=()) as envs:
+            old = envs.training.vector_env
+            # Neither the stop signal's cancel nor the heartbeat's question waits for anyone.
+            old.cancel_wait('stopping')
+            self.assertIsNone(old.waiting())
+            envs.training.reset()
+            with self.assertRaisesRegex(ValueError, r'env 0, np.int64\(5\).*outside'):
+                old.step(np.array([5, 0]))
+            self.assertIsInstance(old.failure, ValueError)
+            # A restart (faults.EnvironmentRestarts): a fresh pool, swapped in and reseeded.
+            new = envs.make_training()
+            self.assertIsNot(new.unwrapped, old.unwrapped)
+            envs.training.replace_vector_env(new, seed=7919).close()
+            self.assertIsNone(envs.training.vector_env.failure)
+            observ = envs.training.reset().numpy()
+            _, reward, _, _ = envs.training.step(np.array([0, 1], np.int32))
+            np.testing.assert_array_equal(reward.numpy(), [1.0, 1.0])
+            self.assertEqual(observ.shape, (2, 4))
+
+    def test_envpool_mistakes_are_config_errors_naming_them(self):
+        for arguments, message in (
+                (dict(env_id='NoSuchEnv-v0'),
+                 "^train.env_backend = 'envpool': 'NoSuchEnv-v0' is not an EnvPool task; "
+                 r'envpool.list_all_envs\(\) lists them$'),
+                (dict(env_id='Pong-v4'),
+                 "^train.env_backend = 'envpool': 'Pong-v4' is not an EnvPool task; did you "
+                 "mean 'Pong-v5'"),
+                (dict(env_kwargs={'no_such_argument': 1}),
+                 "^cannot make environment 'Pendulum-v1': .*no_such_argument"),
+                (dict(env_kwargs={'batch_size': 1}),
+                 r"^cannot make environment 'Pendulum-v1': env_kwargs \['batch_size'\] are set"),
+                (dict(wrappers=('NoSuchWrapper',)),
+                 "^cannot make environment 'Pendulum-v1': unknown vector wrapper "
+                 "'NoSuchWrapper'")):
+            arguments = {'env_id': 'Pendulum-v1', **arguments}
+            with self.subTest(**arguments), \
+                    self.assertRaisesRegex(run_config.ConfigError, message):
+                environments.Environments(backend='envpool', num_envs=2, eval_episodes=1,
+                                          seed=0, **arguments)
+        with self.assertRaisesRegex(run_config.ConfigError, "'NoSuchEnv-v0' is not an EnvPool"):
+            environments.check_env_id('NoSuchEnv-v0', 'envpool')
+        environments.check_env_id('Hopper-v5', 'envpool')
+
+    def test_missing_envpool_says_how_to_install_it(self):
+        with mock.patch.dict(sys.modules, {'envpool': None}):
+            for make in (lambda: environments.check_env_id('Pendulum-v1', 'envpool'),
+                         lambda: environments.Environments(
+                             'Pendulum-v1', 'envpool', num_envs=2, eval_episodes=1, seed=0)):
+                with self.assertRaises(run_config.ConfigError) as raised:
+                    make()
+                self.assertEqual(str(raised.exception), MISSING_ENVPOOL)
+            # The other backends do not need it.
+            environments.check_env_id('Pendulum-v1')
 
     def test_env_factory_applies_wrappers_and_make_kwargs(self):
         env = environments.env_factory('Pendulum-v1', {'g': 9.0}, ('ClipAction',),

@@ -332,7 +332,7 @@ class TrainerTest(parameterized.TestCase):
                 (dict(wrappers=('FrameStackObservation',)), "cannot make native environment "
                  "'Pendulum-v1': unknown wrapper 'FrameStackObservation'"),
                 (dict(env_backend='jax'), "train.env_backend must be one of 'gymnasium', "
-                 "'native'; got 'jax'"),
+                 "'native', 'envpool'; got 'jax'"),
                 (dict(native_dtype='float16'), 'train.native_dtype must be one of'),
                 (dict(optimize_graphs='yes'), 'train.optimize_graphs must be one of'),
                 (dict(env_backend='gymnasium', jit_compile=True),

@@ -184,7 +184,7 @@ def environment_from_config(config):
     _parse_run_config(config)
     values = {}
     for name, default in (('env_id', None), ('env_kwargs', None),
-                          ('wrappers', environments.DEFAULT_WRAPPERS)):
+                          ('wrappers', environments.DEFAULT_WRAPPERS), ('env_backend', None)):
         try:
             values[name] = _resolve_references(gin.query_parameter(f'train.{name}'))
         except ValueError:
@@ -192,6 +192,10 @@ def environment_from_config(config):
     if not isinstance(values['env_id'], str):
         raise ConfigError('the run\'s configuration does not name its environment '
                           '(no train.env_id binding)')
+    if values.pop('env_backend') == 'envpool':
+        # A run on EnvPool acts here in Gymnasium's environment of the same id, which takes
+        # none of envpool.make's arguments (num_threads...).
+        values['env_kwargs'] = None
     return Environment(**values)
 
 

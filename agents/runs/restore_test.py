@@ -313,6 +313,16 @@ class EnvironmentFromConfigTest(absltest.TestCase):
         self.assertEqual(environment.make('MountainCarContinuous-v0').spec.id,
                          'MountainCarContinuous-v0')
 
+    def test_a_run_on_envpool_acts_in_gymnasiums_environment(self):
+        # Its env_kwargs were envpool.make's, which gymnasium.make does not take.
+        environment = restore.environment_from_config(
+            "train.env_id = 'Pendulum-v1'\ntrain.env_backend = 'envpool'\n"
+            "train.env_kwargs = {'num_threads': 1}")
+        self.assertEqual(environment, restore.Environment(
+            'Pendulum-v1', None, ('range_normalize', 'ClipAction')))
+        self.assertEqual(environment.make().action_space,
+                         gym.spaces.Box(-np.inf, np.inf, (1,), np.float32))
+
     def test_bad_configurations(self):
         with self.assertRaisesRegex(run_config.ConfigError, 'no train.env_id binding'):
             restore.environment_from_config('train.num_envs = 4')

@@ -30,23 +30,33 @@ class RunSettings:
     Args:
       algorithm: the algorithm to train, a subclass of `Algorithm` (agents/algorithms/
         algorithm.py), e.g. `@PPO` or `@A2C`.
-      env_id: a Gymnasium environment id.
+      env_id: a Gymnasium environment id (an EnvPool task id on the EnvPool backend).
       total_steps: training budget in environment steps (rounded up to whole iterations).
       num_envs: environments stepped together for training.
       rollout_length: steps per environment between updates of an on-policy algorithm (T).
       env_mode: 'external' (worker processes, shared memory), 'in_process' or 'hybrid'
-        (see `batch_env.BatchEnv`); the Gymnasium backend only.
-      env_backend: 'gymnasium' (Gymnasium environments through the in-graph batch env) or
+        (see `batch_env.BatchEnv`); the Gymnasium backend only (the configs bind it for that
+        backend; the others ignore it).
+      env_backend: 'gymnasium' (Gymnasium environments through the in-graph batch env),
         'native' (the TF twin of `env_id` from agents/envs: collecting and learning are one
-        TF program, no Python per step).
+        TF program, no Python per step) or 'envpool' (EnvPool's C++ pool of environments in
+        sync mode, through the in-graph batch env, for training and the trainer's
+        evaluations; needs `pip install 'batchppo[envpool]'`): the Gymnasium tasks EnvPool
+        has (e.g. Pendulum-v1, CartPole-v1, HalfCheetah-v5, Hopper-v5) with the Gymnasium
+        backend's spaces and seeds (EnvPool draws other initial states from a seed);
+        `env_kwargs` go to `envpool.make` and the wrappers wrap the batch. `visualize` and
+        `evaluate` act in Gymnasium's environments.
       native_dtype: 'float64' or 'float32', the physics dtype of the native training
         environments (evaluation always runs float64, Gymnasium-exact).
       jit_compile: compile iterations and evaluations with XLA; None: see
         `RunSettings.compiles_with_xla`.
       optimize_graphs: run TensorFlow's graph optimizer (Grappler) on the compiled
         functions; None: see `RunSettings.optimizes_graphs`. A setting of the whole process.
-      num_workers: worker processes in external mode (default: the number of cores).
-      env_kwargs: keyword arguments of `gymnasium.make`.
+      num_workers: worker processes in external mode (default: the number of cores); the
+        Gymnasium backend only (refused on the EnvPool backend, whose threads
+        `env_kwargs = {'num_threads': n}` sets).
+      env_kwargs: keyword arguments of `gymnasium.make` (of `envpool.make` on the EnvPool
+        backend).
       wrappers: wrapper specs applied to each environment (see `wrappers.apply_wrappers`);
         by default bounded observations and actions are rescaled to [-1, 1] and the
         policy's actions clipped to the action space.
@@ -185,7 +195,7 @@ class RunSettings:
     def validate(self):
         """Raises a ConfigError naming the first setting a run cannot train with."""
         check_algorithm(self.algorithm_class)
-        environments.check_env_id(self.env_id)
+        environments.check_env_id(self.env_id, self.env_backend)
         self._check_numbers()
         for name, choices in (('env_mode', environments.MODES),
                               ('env_backend', environments.BACKENDS),
@@ -224,6 +234,11 @@ class RunSettings:
                                          f'or None, got {calls!r}')
 
     def _check_backend(self):
+        if self.env_backend == 'envpool' and self.num_workers is not None:
+            raise run_config.ConfigError(
+                f'train.num_workers = {self.num_workers!r} does not apply to train.env_backend '
+                "= 'envpool', which steps in EnvPool's threads: set train.env_kwargs = "
+                "{'num_threads': n} instead")
         if self.population > 1 and not self.native:
             raise run_config.ConfigError(
                 'train.population > 1 needs train.env_backend = \'native\': a population is one '

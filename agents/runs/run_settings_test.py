@@ -40,7 +40,15 @@ class RunSettingsTest(parameterized.TestCase):
     @parameterized.parameters(
         (dict(num_envs=0), 'train.num_envs must be a positive integer, got 0'),
         (dict(seed=-1), 'train.seed must be a non-negative integer'),
-        (dict(env_backend='jax'), "train.env_backend must be one of 'gymnasium', 'native'"),
+        (dict(env_backend='jax'),
+         "train.env_backend must be one of 'gymnasium', 'native', 'envpool'; got 'jax'"),
+        (dict(env_backend='envpool', env_id='NoSuchEnv-v0'),
+         "train.env_backend = 'envpool': 'NoSuchEnv-v0' is not an EnvPool task"),
+        (dict(env_backend='envpool', num_workers=2),
+         "train.num_workers = 2 does not apply to train.env_backend = 'envpool', which steps "
+         "in EnvPool's threads: set train.env_kwargs = {'num_threads': n} instead"),
+        (dict(env_backend='envpool', jit_compile=True),
+         "train.jit_compile = True needs train.env_backend = 'native'"),
         (dict(log_every_secs=0), 'train.log_every_secs must be a positive number'),
         (dict(jit_compile=True), 'train.jit_compile = True needs train.env_backend'),
         (dict(population=2), 'train.population > 1 needs'),
@@ -84,6 +92,15 @@ class RunSettingsTest(parameterized.TestCase):
         self.assertTrue(off.compiles_with_xla())
         self.assertFalse(run_settings.RunSettings(**dict(vars(off), env_backend='gymnasium'))
                          .compiles_with_xla())
+
+    def test_envpool_backend(self):
+        # Steps through Python as the Gymnasium backend does: one on-policy iteration per
+        # call, Grappler, no XLA. The configs' env_mode (a Gymnasium setting) is ignored.
+        settings = self.settings("train.env_mode = 'hybrid'", env_backend='envpool')
+        self.assertFalse(settings.native)
+        self.assertEqual(settings.calls_of(algorithm.OnPolicy()), 1)
+        self.assertFalse(settings.compiles_with_xla())
+        self.assertTrue(settings.optimizes_graphs())
 
     def test_member_overrides(self):
         settings = self.settings(
