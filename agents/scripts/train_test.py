@@ -1,6 +1,7 @@
 """End-to-end tests of the train binary: a short run, resume, and every kind of bad input."""
 
 import json
+import math
 import os
 import re
 import signal
@@ -217,6 +218,53 @@ class TrainBinaryTest(absltest.TestCase):
         enabled, frozen = result.stdout.split()
         self.assertEqual(enabled, 'True')
         self.assertGreater(int(frozen), 100_000)
+
+    def test_envpool_backend_trains_and_its_policy_acts_in_gymnasium(self):
+        cwd = self.create_tempdir().full_path
+        # pendulum.gin binds env_mode for the Gymnasium backend: EnvPool ignores it.
+        result = run_train('--logdir=run', '--gin_file=configs/pendulum.gin',
+                           "--gin_bindings=train.env_backend='envpool'",
+                           '--gin_bindings=train.total_steps=4096', cwd=cwd)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn('Done: 4096 steps', result.stderr)
+        self.assertNotIn('precision lowered', result.stderr)  # EnvPool's spaces, quietly.
+        logdir = os.path.join(cwd, 'run')
+        with open(os.path.join(logdir, 'metrics.jsonl')) as f:
+            (record,) = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual((record['step'], record['episodes'], record['mean_length']),
+                         (4096, 10, 200.0))
+        # Finite, and a Pendulum return: 200 steps of rewards in [-16.3, 0].
+        self.assertTrue(math.isfinite(record['mean_return']), record)
+        self.assertTrue(math.isfinite(record['std_return']), record)
+        self.assertBetween(record['mean_return'], -16.3 * 200, 0.0)
+        # The run's policy acts in Gymnasium's Pendulum (evaluate, as visualize does).
+        evaluated = subprocess.run(
+            [sys.executable, '-m', 'agents.scripts.evaluate', f'--logdir={logdir}',
+             '--num_episodes=2'], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+            text=True, timeout=600, check=False)
+        self.assertEqual(evaluated.returncode, 0, evaluated.stderr[-3000:])
+        metrics = json.loads(evaluated.stdout)
+        self.assertEqual((metrics['env_id'], metrics['lengths']), ('Pendulum-v1', [200, 200]))
+        self.assertBetween(metrics['mean_return'], -16.3 * 200, 0.0)
+
+    def test_envpool_backend_without_envpool_says_how_to_install_it(self):
+        cwd = self.create_tempdir().full_path
+        # An `envpool` that is not there, first on the path.
+        stub = self.create_tempdir().create_file(
+            'envpool/__init__.py',
+            "raise ModuleNotFoundError(\"No module named 'envpool'\", name='envpool')\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(os.path.dirname(stub.full_path)), ROOT]),
+            BUILD_WORKING_DIRECTORY=cwd)
+        result = subprocess.run(
+            [sys.executable, '-m', 'agents.scripts.train', '--logdir=run',
+             '--gin_file=configs/pendulum.gin', "--gin_bindings=train.env_backend='envpool'"],
+            env=env, capture_output=True, text=True, timeout=600, check=False)
+        self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+        self.assertIn("train: error: train.env_backend = 'envpool': EnvPool is not installed; "
+                      "install it with: pip install 'batchppo[envpool]'\n", result.stderr)
+        self.assertNotIn('Traceback', result.stderr)
+        self.assertEqual(os.listdir(cwd), [])
 
     def test_missing_gin_file(self):
         self.assert_fails(run_train('--gin_file=nope.gin', cwd=self.create_tempdir().full_path),
