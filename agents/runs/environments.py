@@ -138,6 +138,9 @@ def _import_envpool():
 
 
 def _check_envpool_task(env_id):
+    """Raises a ConfigError unless EnvPool has `env_id` and Gymnasium registers it too: `evaluate`
+    and `visualize` play the run's policy in Gymnasium's environment (and Atari, which Gymnasium
+    registers under other ids, wants preprocessing and scores not done yet)."""
     tasks = _import_envpool().list_all_envs()
     if env_id not in tasks:
         close = difflib.get_close_matches(env_id, tasks, n=3)
@@ -145,6 +148,13 @@ def _check_envpool_task(env_id):
                 else '; envpool.list_all_envs() lists them')
         raise run_config.ConfigError(
             f"train.env_backend = 'envpool': {env_id!r} is not an EnvPool task{hint}")
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        raise run_config.ConfigError(
+            f"train.env_backend = 'envpool': {env_id!r} is an EnvPool task but not a Gymnasium "
+            "one; this backend trains those of both (evaluate and visualize play the policy in "
+            "Gymnasium's environment)") from None
 
 
 def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None):
