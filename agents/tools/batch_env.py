@@ -100,6 +100,37 @@ def _env_factory(env_fn, index):
     return env_fn
 
 
+def check_reset_mask(mask, num_envs):
+    """`options['reset_mask']` of a reset, checked as Gymnasium's vector envs check it."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(
+            f"options['reset_mask'] must have shape ({num_envs},), got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(f"options['reset_mask'] must have a True value, got {mask}")
+    return mask
+
+
+def check_step_allowed(name, pending, needs_reset, ended):
+    """Raises unless a batch env `name` may start a step: no call `pending`, no full reset
+    needed (at the start and after a failure), no episode `ended` (a mask, with autoreset
+    disabled; None otherwise) left without its reset."""
+    if pending:
+        raise gym.error.AlreadyPendingCallError(
+            'step_async called twice without step_wait', pending)
+    if needs_reset:
+        raise RuntimeError(f'{name} needs a full reset() before stepping: at the start and '
+                           'after an environment failed')
+    if ended is not None and ended.any():
+        raise RuntimeError(
+            f'envs {np.flatnonzero(ended).tolist()} finished their episodes and autoreset is '
+            'disabled: reset them with reset(options={"reset_mask": mask}) before stepping; '
+            'nothing was stepped')
+
+
 class ActionChecker:
     """Vectorised validation of a batch of actions against the single action space.
 
@@ -386,16 +417,7 @@ class BatchEnv(gym.vector.VectorEnv):
         if options is None or 'reset_mask' not in options:
             return options, None
         options = dict(options)
-        mask = options.pop('reset_mask')
-        if not isinstance(mask, np.ndarray):
-            raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask)}")
-        if mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"options['reset_mask'] must have shape ({self.num_envs},), got {mask.shape}")
-        if mask.dtype != np.bool_:
-            raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
-        if not mask.any():
-            raise ValueError(f"options['reset_mask'] must have a True value, got {mask}")
+        mask = check_reset_mask(options.pop('reset_mask'), self.num_envs)
         return options, mask
 
     def step(self, actions):
@@ -408,18 +430,9 @@ class BatchEnv(gym.vector.VectorEnv):
         """Checks `actions` and starts stepping; in external and hybrid mode it returns at
         once (hybrid mode steps the caller's envs in `step_wait`)."""
         self._check_running()
-        if self._pending:
-            raise gym.error.AlreadyPendingCallError(
-                'step_async called twice without step_wait', self._pending)
-        if self._needs_reset:
-            raise RuntimeError(
-                'BatchEnv needs a full reset() before stepping: at the start and after an '
-                'environment failed')
-        if self.autoreset_mode == AutoresetMode.DISABLED and self._ended.any():
-            raise RuntimeError(
-                f'envs {np.flatnonzero(self._ended).tolist()} finished their episodes and '
-                'autoreset_mode is DISABLED: reset them with reset(options={"reset_mask": '
-                'mask}) before stepping; nothing was stepped')
+        check_step_allowed(
+            'BatchEnv', self._pending, self._needs_reset,
+            self._ended if self.autoreset_mode == AutoresetMode.DISABLED else None)
         np.copyto(self._buffers.actions, self._check_actions(actions), casting='unsafe')
         if self._pool is not None:
             self._pool.send_all(external_worker.STEP)

@@ -228,17 +228,7 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         others = sorted(set(options) - {'reset_mask'})
         if others:
             raise ValueError(f'EnvPool resets take no options but reset_mask, got {others}')
-        mask = options.get('reset_mask')
-        if not isinstance(mask, np.ndarray):
-            raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask)}")
-        if mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"options['reset_mask'] must have shape ({self.num_envs},), got {mask.shape}")
-        if mask.dtype != np.bool_:
-            raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
-        if not mask.any():
-            raise ValueError(f"options['reset_mask'] must have a True value, got {mask}")
-        return mask
+        return batch_env.check_reset_mask(options.get('reset_mask'), self.num_envs)
 
     def step(self, actions):
         """Steps every env with its row of `actions`; returns (obs, rewards, terminations,
@@ -250,18 +240,8 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         """Checks `actions` as BatchEnv does (`batch_env.ActionChecker`) and sends them to
         EnvPool, which steps at once."""
         self._check_running()
-        if self._pending:
-            raise gym.error.AlreadyPendingCallError(
-                'step_async called twice without step_wait', self._pending)
-        if self._needs_reset:
-            raise RuntimeError(
-                'EnvPoolBatchEnv needs a full reset() before stepping: at the start and after '
-                'a step failed')
-        if self._ended.any():
-            raise RuntimeError(
-                f'envs {np.flatnonzero(self._ended).tolist()} finished their episodes and '
-                'autoreset is disabled: reset them with reset(options={"reset_mask": mask}) '
-                'before stepping; nothing was stepped')
+        batch_env.check_step_allowed('EnvPoolBatchEnv', self._pending, self._needs_reset,
+                                     self._ended)
         actions = self._check_actions(actions)
         try:
             self._pool.send(actions)  # Cast to EnvPool's dtype.
