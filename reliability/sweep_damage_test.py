@@ -10,7 +10,6 @@ rebuilds it), and a `search.db` that is no database is refused alike.
 import json
 import os
 import subprocess
-import time
 
 from absl.testing import absltest
 
@@ -77,9 +76,8 @@ class SweepDamageTest(absltest.TestCase):
 
         # A second launcher beside a running one is refused, naming it; the first finishes.
         harness.wait_for(held, 300, 'the first launcher to hold output_dir')
-        began = time.monotonic()
+        # Refused, naming the holder (a launcher that waited for the lock would then run).
         second = self.sweep()
-        self.assertLess(time.monotonic() - began, 30)
         self.assert_refused(second, f'output_dir {self.out} is in use by another sweep launcher',
                             f'pid {first.pid}', 'choose another --output_dir')
         with open(log) as f:
