@@ -86,8 +86,19 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
         num_members = len(self.seeds)
         self.policy = policy_network(
             observ_shape=self.observ_shape, action_size=action_size, seed=self.seeds)
-        self.value = value_network(observ_shape=self.observ_shape,
-                                   seed=[seed + 1000 for seed in self.seeds])
+        # A policy with a value head (a shared torso) estimates the values itself.
+        if self.policy.has_value_head and value_network is not None:
+            raise ValueError(f'{type(self.policy).__name__} estimates state values on its own '
+                             'torso: set value_network = None.')
+        if not self.policy.has_value_head and value_network is None:
+            raise ValueError(f'value_network = None needs a policy with a value head (e.g. '
+                             f'SharedTorsoCategoricalPolicy); {type(self.policy).__name__} has '
+                             'none.')
+        if self.policy.takes_frames and normalize_observ:
+            raise ValueError(f'{type(self.policy).__name__} scales uint8 frames by 1/255 itself: '
+                             'set normalize_observ = False (frames are not standardized).')
+        self.value = value_network and value_network(
+            observ_shape=self.observ_shape, seed=[seed + 1000 for seed in self.seeds])
         self.observ_normalizer = normalize.StreamingNormalizer(
             self.observ_shape, center=True, scale=True, clip=observ_clip,
             num_members=num_members, name='observ_normalizer')
@@ -108,7 +119,8 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
     @property
     def _trainable(self):
         """Policy then value weights (a property so the checkpoint keys them by network)."""
-        return list(self.policy.trainable_variables + self.value.trainable_variables)
+        value = self.value.trainable_variables if self.value else ()
+        return list(self.policy.trainable_variables + value)
 
     # The Algorithm interface.
 
@@ -164,8 +176,10 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
                 for variable, saved in pairs]
 
     def acting_modules(self):
-        return {'policy': self.policy, 'value': self.value,
-                'observ_normalizer': self.observ_normalizer}
+        modules = {'policy': self.policy, 'observ_normalizer': self.observ_normalizer}
+        if self.value:
+            modules['value'] = self.value
+        return modules
 
     def exported_policy(self):
         return self.policy, self.observ_normalizer if self._normalize_observ else None
@@ -188,10 +202,23 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
         return self._normalize_observ
 
     def normalize(self, observ):
-        """The observation `[K, ...]` as the networks see it: float32, normalized if
-        configured."""
-        observ = tf.cast(observ, tf.float32)
-        return self.observ_normalizer.normalize(observ) if self._normalize_observ else observ
+        """The observation `[K, ...]` as the networks see it: normalized if configured, else as
+        the environment gave it (the networks cast it; frames stay bytes to the torso)."""
+        if not self._normalize_observ:
+            return observ
+        return self.observ_normalizer.normalize(tf.cast(observ, tf.float32))
+
+    def state_value(self, observ):
+        """`V(observ)` `[K, *batch]` of the normalized `observ`: of the value network, or of
+        the policy's value head."""
+        return self.policy.value(observ) if self.policy.has_value_head else self.value(observ)
+
+    def params_and_value(self, observ, state, reset_mask):
+        """The policy's parameters of the chunks `observ` `[K, L, B, ...]` (see
+        `networks.sequence`) and their state values; one pass through a shared torso."""
+        if self.policy.has_value_head:
+            return self.policy.params_and_value(observ)
+        return self.policy.sequence(observ, state, reset_mask), self.value(observ)
 
     def member_major(self, tensor):
         """`[T, K * N, ...]` -> `[K, T, N, ...]`."""
@@ -210,13 +237,16 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
     def _act(self, observ, state, reset_mask, greedy):
         observ = self.normalize(members.split(observ, self.num_members))
         state = self.policy.reset_state(state, members.split(reset_mask, self.num_members))
-        params, new_state = self.policy.step(observ, state)
+        if self.policy.has_value_head:  # Feed-forward: the state stays `()`.
+            (params, value), new_state = self.policy.params_and_value(observ), state
+        else:
+            (params, new_state), value = self.policy.step(observ, state), self.value(observ)
         policy = self.policy.distribution(params)
         action = policy.mode() if greedy else self.sample(params)
         extras = {}
         if 'log_prob' in self.EXTRAS_KEYS:
             extras['log_prob'] = policy.log_prob(action)
-        extras['value'] = self.value(observ)
+        extras['value'] = value
         if 'policy_params' in self.EXTRAS_KEYS:
             extras['policy_params'] = params
         if self.policy.recurrent:
@@ -240,7 +270,7 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
         if self._scale_reward:
             self.reward_scaler.update(reward, done)
             reward = self.reward_scaler.scale(reward)
-        next_value = self.value(self.normalize(batch['next_observ']))
+        next_value = self.state_value(self.normalize(batch['next_observ']))
 
         def time_major(tensor):  # [K, T, N] <-> [T, K, N]: GAE recurs over time.
             return tf.transpose(tensor, [1, 0, 2])

@@ -13,6 +13,13 @@ recurrent policies alike:
   where `reset_mask[:, t]`;
 * `distribution(params)` -> the action distribution (distributions.py).
 
+Two capabilities are declared on every network (class attributes, False here): `takes_frames`,
+whose observations reach it as the environment gives them (uint8 frames it scales itself,
+conv_torsos.py) rather than cast to float32 and perhaps normalized; and `has_value_head`, a
+feed-forward policy that also estimates the state value on its own features (a shared torso,
+shared_torso.py): it adds `value(observ)` -> `[K, *batch]` and `params_and_value(observ)`, both
+from one pass through the torso, and the actor-critic then has no value network of its own.
+
 Policies return distribution *parameters* (a dict of tensors) rather than distributions so that the
 rollout can store them and the update can rebuild the behaviour policy for an exact KL.
 
@@ -44,7 +51,7 @@ def _resolve_activation(activation):
     return function
 
 
-def _check_sizes(**sizes):
+def check_sizes(**sizes):
     for name, size in sizes.items():
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f'{name} must be a positive integer, got {size!r}.')
@@ -97,7 +104,7 @@ class Linear(tf.Module):
     def __init__(self, input_size, output_size, gain=1.0, seed=0, initializer='orthogonal',
                  name=None):
         super().__init__(name=name)
-        _check_sizes(input_size=input_size, output_size=output_size)
+        check_sizes(input_size=input_size, output_size=output_size)
         if initializer not in INITIALIZERS:
             raise ValueError(f'initializer must be one of {", ".join(map(repr, INITIALIZERS))}, '
                              f'got {initializer!r}.')
@@ -144,7 +151,7 @@ class GRUCell(tf.Module):
 
     def __init__(self, input_size, units, seed=0, name=None):
         super().__init__(name=name)
-        _check_sizes(input_size=input_size, units=units)
+        check_sizes(input_size=input_size, units=units)
         seeds = members.seeds_of(seed)
         self.units = units
         self.input_kernel = tf.Variable(
@@ -172,16 +179,24 @@ class GRUCell(tf.Module):
 class _Network(tf.Module):
     """Shared handling of observation shapes: flattens `[K, *batch, *observ_shape]` to rank 3."""
 
+    takes_frames = False
+    has_value_head = False
+
     def __init__(self, observ_shape, seed, name=None):
         super().__init__(name=name)
         self.observ_shape = tuple(int(size) for size in observ_shape)
         self.observ_size = math.prod(self.observ_shape)
-        _check_sizes(observ_size=self.observ_size)
+        check_sizes(observ_size=self.observ_size)
         self.seeds = members.seeds_of(seed)
         self.num_members = len(self.seeds)
 
-    def _flatten_observ(self, observ):
-        observ = tf.convert_to_tensor(observ, tf.float32)
+    def _flatten_observ(self, observ, flatten_features=True):
+        """`observ` as a flat batch of float32 vectors (`_flat_shape`) and the batch shape; with
+        `flatten_features=False` a batch of observations of `observ_shape` in their own dtype,
+        `[K, B, *observ_shape]` (`[B, ...]` for one member)."""
+        observ = tf.convert_to_tensor(observ)
+        if flatten_features:
+            observ = tf.cast(observ, tf.float32)
         rank = len(self.observ_shape)
         if observ.shape.rank is not None and (
                 observ.shape.rank < rank + 1 or
@@ -194,12 +209,14 @@ class _Network(tf.Module):
             batch_shape = observ.shape[:observ.shape.rank - rank].as_list()
         else:
             batch_shape = tf.shape(observ)[:tf.rank(observ) - rank]
+        if not flatten_features:
+            return tf.reshape(observ, self._flat_shape(*self.observ_shape)), batch_shape
         return tf.reshape(observ, self._flat_shape(self.observ_size)), batch_shape
 
-    def _flat_shape(self, size):
-        """A flat batch of `size` features: `[K, B, size]`, or `[B, size]` for one member (whose
-        layers then compute without the member axis; see `_matmul`)."""
-        return [-1, size] if self.num_members == 1 else [self.num_members, -1, size]
+    def _flat_shape(self, *size):
+        """A flat batch of `size` features: `[K, B, *size]`, or `[B, *size]` for one member
+        (whose layers then compute without the member axis; see `_matmul`)."""
+        return [-1, *size] if self.num_members == 1 else [self.num_members, -1, *size]
 
     def _unflatten(self, values, batch_shape, scalar=False):
         """Flat `values` (`_flat_shape`) -> `[K, *batch, ...]` of `_flatten_observ`'s
@@ -261,7 +278,7 @@ class FeedForwardGaussianPolicy(FeedForwardPolicy):
     def __init__(self, observ_shape, action_size, hidden_sizes=(64, 64), activation='tanh',
                  init_std=1.0, output_gain=0.01, seed=0, name=None):
         super().__init__(observ_shape, seed, name=name)
-        _check_sizes(action_size=action_size)
+        check_sizes(action_size=action_size)
         if init_std <= 0:
             raise ValueError(f'init_std must be positive, got {init_std}.')
         self.action_shape = (action_size,)
@@ -290,7 +307,7 @@ class FeedForwardCategoricalPolicy(FeedForwardPolicy):
     def __init__(self, observ_shape, action_size, hidden_sizes=(64, 64), activation='tanh',
                  output_gain=0.01, seed=0, name=None):
         super().__init__(observ_shape, seed, name=name)
-        _check_sizes(action_size=action_size)
+        check_sizes(action_size=action_size)
         self.torso = MLP(self.observ_size, hidden_sizes, activation, self.seeds)
         self.logits = Linear(self.torso.output_size, action_size, output_gain,
                              [seed + 100 for seed in self.seeds])
@@ -317,7 +334,7 @@ class RecurrentGaussianPolicy(_Network):
     def __init__(self, observ_shape, action_size, hidden_sizes=(64,), gru_units=64,
                  activation='tanh', init_std=1.0, output_gain=0.01, seed=0, name=None):
         super().__init__(observ_shape, seed, name=name)
-        _check_sizes(action_size=action_size)
+        check_sizes(action_size=action_size)
         if init_std <= 0:
             raise ValueError(f'init_std must be positive, got {init_std}.')
         self.action_shape = (action_size,)

@@ -6,6 +6,7 @@ module here (see docs/new_algorithm.md).
 """
 
 from agents.algorithms import algorithm as algorithm_lib
+from agents.algorithms import shared_torso  # noqa: F401 (the policies on frames and their torsos)
 from agents.algorithms.a2c import a2c
 from agents.algorithms.ppo import ppo
 from agents.algorithms.sac import sac

@@ -4,7 +4,9 @@ With the Gymnasium backend, `num_envs` Gymnasium environments are stepped as one
 worker processes or in-process, see tools/batch_env.py) behind the in-graph batch env, and the
 evaluation environments in-process; with the native backend, both are TF environments from
 agents/envs; with the EnvPool backend, both are pools of EnvPool's C++ environments
-(tools/envpool_env.py, sync mode) behind the in-graph batch env, wrapped as a batch. Mistakes of
+(tools/envpool_env.py, sync mode) behind the in-graph batch env, wrapped as a batch: Gymnasium's
+tasks that EnvPool has too, and EnvPool's Atari games, which train as CleanRL trains them and
+evaluate whole games for their unclipped scores (tools/envpool_atari.py). Mistakes of
 the configuration (an unknown id, bad keyword arguments or wrappers, EnvPool missing) become a
 `ConfigError` naming them.
 """
@@ -22,7 +24,7 @@ import tensorflow as tf
 from agents import envs
 from agents.runs import run_config
 from agents.storage import failures
-from agents.tools import batch_env, envpool_env, in_graph_batch_env
+from agents.tools import batch_env, envpool_atari, envpool_env, in_graph_batch_env
 from agents.tools import wrappers as wrappers_lib
 
 BACKENDS = ('gymnasium', 'native', 'envpool')
@@ -49,7 +51,8 @@ class Environments:
     and `num_workers` do not apply (EnvPool steps in its own C++ threads). Seeds are those of
     the Gymnasium backend (env i of training gets `seed` + i, of evaluation `seed` +
     EVAL_SEED_OFFSET + i, and each evaluation reseeds), but EnvPool draws other initial states
-    from them than Gymnasium does.
+    from them than Gymnasium does. EnvPool's Atari games train with a lost life ending an
+    episode and clipped rewards, and evaluate whole games unclipped (see `make_envpool_env`).
     """
 
     def __init__(self, env_id, backend, num_envs, eval_episodes, seed, env_kwargs=None,
@@ -74,7 +77,7 @@ class Environments:
                 self.evaluation = in_graph_batch_env.InGraphBatchEnv(
                     _configured(functools.partial(
                         make_envpool_env, env_id, eval_episodes, env_kwargs, wrappers,
-                        seed=eval_seed), env_id),
+                        seed=eval_seed, evaluation=True), env_id),
                     seed=eval_seed)
                 self._stack.callback(self.evaluation.close)
             else:
@@ -113,8 +116,9 @@ def action_size(space):
 
 def check_env_id(env_id, backend='gymnasium'):
     """Raises a ConfigError unless `env_id` names an environment of `backend`: one Gymnasium
-    knows (native backend too: agents/envs' twins have Gymnasium ids), or an EnvPool task,
-    which needs EnvPool installed. Makes no environment."""
+    knows (native backend too: agents/envs' twins have Gymnasium ids), or an EnvPool task that
+    Gymnasium knows too or that is one of EnvPool's Atari games, which needs EnvPool installed.
+    Makes no environment."""
     if not isinstance(env_id, str):
         raise run_config.ConfigError(f'train.env_id must be a string, got {env_id!r}')
     if backend == 'envpool':
@@ -138,9 +142,9 @@ def _import_envpool():
 
 
 def _check_envpool_task(env_id):
-    """Raises a ConfigError unless EnvPool has `env_id` and Gymnasium registers it too: `evaluate`
-    and `visualize` play the run's policy in Gymnasium's environment (and Atari, which Gymnasium
-    registers under other ids, wants preprocessing and scores not done yet)."""
+    """Raises a ConfigError unless EnvPool has `env_id` and Gymnasium registers it too, or it is
+    one of EnvPool's Atari games: `evaluate` and `visualize` play the run's policy in Gymnasium's
+    environment, or for Atari in EnvPool's game (see `plays_in_gymnasium`)."""
     tasks = _import_envpool().list_all_envs()
     if env_id not in tasks:
         close = difflib.get_close_matches(env_id, tasks, n=3)
@@ -148,26 +152,54 @@ def _check_envpool_task(env_id):
                 else '; envpool.list_all_envs() lists them')
         raise run_config.ConfigError(
             f"train.env_backend = 'envpool': {env_id!r} is not an EnvPool task{hint}")
-    try:
-        gym.spec(env_id)
-    except gym.error.Error:
+    if not (plays_in_gymnasium(env_id) or envpool_atari.is_atari_task(env_id)):
         raise run_config.ConfigError(
             f"train.env_backend = 'envpool': {env_id!r} is an EnvPool task but not a Gymnasium "
             "one; this backend trains those of both (evaluate and visualize play the policy in "
-            "Gymnasium's environment)") from None
+            "Gymnasium's environment)")
 
 
-def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None):
+def plays_in_gymnasium(env_id):
+    """Whether `evaluate` and `visualize` play a policy of a run on EnvPool's `env_id` in
+    Gymnasium's environment of that id (e.g. 'Pendulum-v1'); the rest, EnvPool's Atari games,
+    they play in EnvPool's game (envpool_atari.AtariEnv). Needs no EnvPool."""
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        return False
+    return True
+
+
+# Wrappers that do not fit Atari's uint8 frames and Discrete actions: range_normalize would
+# rescale the frames into [-1, 1] in uint8 (which Gymnasium refuses), ClipAction needs Box actions.
+_NOT_FOR_ATARI = ('range_normalize', 'ClipAction')
+
+
+def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None,
+                     evaluation=False):
     """`num_envs` EnvPool environments of `env_id` (`env_kwargs`: arguments of `envpool.make`)
     as a VectorEnv with explicit resets, wrapped as a batch in `wrappers`.
 
     Box actions are float32 (EnvPool declares float64 for MuJoCo tasks), as Gymnasium's
     environments declare them, so that the spaces, and a policy exported from the run, are the
     Gymnasium backend's. `seed`: that of the pool until a seeded reset (see EnvPoolBatchEnv).
+    EnvPool's Atari games get `envpool_atari.training_kwargs(env_kwargs)` (episodic life and
+    clipped rewards, as CleanRL), or with `evaluation` `envpool_atari.evaluation_kwargs` (whole
+    games, unclipped scores).
     """
     _check_envpool_task(env_id)  # Before EnvPool's own errors for an unknown id.
     envpool = _import_envpool()
-    box_actions = isinstance(envpool.make_spec(env_id).gymnasium_action_space, gym.spaces.Box)
+    spec = envpool.make_spec(env_id)
+    box_actions = isinstance(spec.gymnasium_action_space, gym.spaces.Box)
+    if envpool_env.is_atari(spec):
+        unfit = [name for name in wrappers if isinstance(name, str) and name in _NOT_FOR_ATARI]
+        if unfit:
+            raise ValueError(
+                f"train.wrappers {unfit} do not fit Atari's uint8 frames and Discrete actions; "
+                'leave them out (train.wrappers = [], as the default has both)')
+        make_kwargs = envpool_atari.evaluation_kwargs if evaluation else (
+            envpool_atari.training_kwargs)
+        env_kwargs = make_kwargs(env_kwargs)
     env = envpool_env.EnvPoolBatchEnv(
         env_id, num_envs, seed=seed, env_kwargs=env_kwargs,
         action_dtype=np.float32 if box_actions else None)

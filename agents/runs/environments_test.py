@@ -7,6 +7,7 @@ from unittest import mock
 import gin
 import gymnasium as gym
 import numpy as np
+import tensorflow as tf
 from absl.testing import absltest
 
 from agents.envs import native_batch_env
@@ -106,9 +107,18 @@ class EnvironmentsTest(absltest.TestCase):
                 (dict(env_id='Pong-v4'),
                  "^train.env_backend = 'envpool': 'Pong-v4' is not an EnvPool task; did you "
                  "mean 'Pong-v5'"),
-                (dict(env_id='Pong-v5'),  # Atari: not yet (issue 41).
-                 "^train.env_backend = 'envpool': 'Pong-v5' is an EnvPool task but not a "
-                 'Gymnasium one; this backend trains those of both'),
+                (dict(env_id='CheetahRun-v1'),  # dm_control's: neither Gymnasium's nor Atari.
+                 "^train.env_backend = 'envpool': 'CheetahRun-v1' is an EnvPool task but not a "
+                 r"Gymnasium one; this backend trains those of both \(evaluate and visualize "
+                 r"play the policy in Gymnasium's environment\)$"),
+                (dict(env_id='Pong-v5'),  # The default wrappers.
+                 r"^cannot make environment 'Pong-v5': train.wrappers \['range_normalize', "
+                 r"'ClipAction'\] do not fit Atari's uint8 frames and Discrete actions; leave "
+                 r'them out \(train.wrappers = \[\], as the default has both\)$'),
+                (dict(env_id='Pong-v5', wrappers=['ClipAction']),
+                 r"^cannot make environment 'Pong-v5': train.wrappers \['ClipAction'\] do not"),
+                (dict(env_id='Pong-v5', wrappers=(), env_kwargs={'no_such_argument': 1}),
+                 "^cannot make environment 'Pong-v5': .*no_such_argument"),
                 (dict(env_kwargs={'no_such_argument': 1}),
                  "^cannot make environment 'Pendulum-v1': .*no_such_argument"),
                 (dict(env_kwargs={'batch_size': 1}),
@@ -124,6 +134,80 @@ class EnvironmentsTest(absltest.TestCase):
         with self.assertRaisesRegex(run_config.ConfigError, "'NoSuchEnv-v0' is not an EnvPool"):
             environments.check_env_id('NoSuchEnv-v0', 'envpool')
         environments.check_env_id('Hopper-v5', 'envpool')
+        environments.check_env_id('Breakout-v5', 'envpool')
+
+    def test_envpool_atari_frames_stay_uint8_in_the_in_graph_envs(self):
+        for env_id, actions in (('Pong-v5', 6), ('Breakout-v5', 4)):
+            with self.subTest(env_id=env_id), environments.Environments(
+                    env_id, 'envpool', num_envs=2, eval_episodes=3, seed=0,
+                    env_kwargs=ENVPOOL_KWARGS, wrappers=()) as envs:
+                for env, num_envs in ((envs.training, 2), (envs.evaluation, 3)):
+                    self.assertEqual(env.observation_space,
+                                     gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+                    self.assertEqual(env.action_space, gym.spaces.Discrete(actions))
+                    self.assertEqual(env.observ.dtype, tf.uint8)
+                    observ = env.reset().numpy()
+                    self.assertEqual((observ.shape, observ.dtype),
+                                     ((num_envs, 4, 84, 84), np.uint8))
+                    observ, _, _, _ = env.step(np.ones(num_envs, np.int32))
+                    self.assertEqual((observ.shape, observ.dtype),
+                                     ((num_envs, 4, 84, 84), np.uint8))
+
+    def test_envpool_atari_trains_as_cleanrl_and_evaluates_whole_games(self):
+        # The run's env_kwargs reach both; the evaluation's episodic_life and reward_clip are
+        # off whatever they say.
+        env_kwargs = {**ENVPOOL_KWARGS, 'noop_max': 10}
+        for kwargs, training in ((env_kwargs, (True, True)),
+                                 ({**env_kwargs, 'reward_clip': False}, (True, False)),
+                                 ({**env_kwargs, 'episodic_life': True}, (True, True))):
+            with self.subTest(kwargs=kwargs), environments.Environments(
+                    'Pong-v5', 'envpool', num_envs=1, eval_episodes=1, seed=0,
+                    env_kwargs=kwargs, wrappers=()) as envs:
+                for env, expected in ((envs.training, training),
+                                      (envs.evaluation, (False, False))):
+                    config = env.vector_env.unwrapped.config
+                    self.assertEqual((config.episodic_life, config.reward_clip), expected)
+                    self.assertEqual((config.noop_max, config.num_threads), (10, 1))
+                rebuilt = envs.make_training()
+                self.addCleanup(rebuilt.close)
+                self.assertEqual(rebuilt.unwrapped.config.episodic_life, True)
+
+    def test_envpool_atari_evaluation_scores_whole_games_unclipped(self):
+        # Training and evaluation environments of one seed play the same game under the same
+        # actions: training's rewards are the evaluation's clipped, until training's episode
+        # ends at the first lost life; the evaluation's episode goes on to the game's end.
+        training = environments.make_envpool_env('SpaceInvaders-v5', 1, ENVPOOL_KWARGS, (),
+                                                 seed=3)
+        self.addCleanup(training.close)
+        evaluation = environments.make_envpool_env('SpaceInvaders-v5', 1, ENVPOOL_KWARGS, (),
+                                                   seed=3, evaluation=True)
+        self.addCleanup(evaluation.close)
+        training.reset()
+        _, infos = evaluation.reset()
+        lives = [infos['lives'][0]]
+        rng = np.random.default_rng(0)
+        training_ended, rewards, scores, steps = False, [], [], 0
+        while True:
+            actions = rng.integers(0, 6, 1)
+            observ, reward, terminated, truncated, infos = evaluation.step(actions)
+            steps += 1
+            if not training_ended:
+                training_observ, training_reward, training_ended, _, _ = training.step(actions)
+                np.testing.assert_array_equal(training_observ, observ)
+                self.assertEqual(training_reward[0], np.sign(reward[0]))
+                training_ended = training_ended[0]
+            rewards.append(reward[0])
+            scores.append(infos['reward'][0])
+            lives.append(infos['lives'][0])
+            if terminated[0] or truncated[0]:
+                break
+        self.assertFalse(truncated[0])
+        self.assertTrue(training_ended)
+        self.assertEqual(infos['terminated'][0], 1)  # The game's end, at its last life.
+        self.assertEqual((lives[0], lives[-1]), (3, 0))
+        self.assertGreater(max(rewards), 1)  # Unclipped: 5 to 30 points an invader.
+        self.assertEqual(rewards, scores)
+        self.assertEqual(sum(rewards), sum(scores))
 
     def test_missing_envpool_says_how_to_install_it(self):
         with mock.patch.dict(sys.modules, {'envpool': None}):

@@ -3,8 +3,8 @@
 An exported policy holds the policy network and the observation normalizer (raw environment
 observations go in) and two signatures:
 
-  deterministic_action(observ [B, *observ_shape] float32) -> {'action'}: the distribution's mode,
-    what evaluation uses;
+  deterministic_action(observ [B, *observ_shape] float32, or uint8 frames for a policy that
+    takes frames) -> {'action'}: the distribution's mode, what evaluation uses;
   sampled_action(observ) -> {'action'}: a sample, drawn with a random generator stored in the
     model (its state advances with every call).
 
@@ -89,7 +89,9 @@ class _ExportedPolicy(tf.Module):
         self.observ_normalizer = normalizer = copy.deepcopy(normalizer)
         self.random = tf.random.Generator.from_seed(seed)
         self.metadata = tf.Variable(json.dumps(metadata), trainable=False, name='metadata')
-        observ_spec = tf.TensorSpec([None, *observ_shape], tf.float32, name='observ')
+        # Frames go in as the environment gives them (the policy scales them itself).
+        observ_spec = tf.TensorSpec([None, *observ_shape],
+                                    tf.uint8 if policy.takes_frames else tf.float32, name='observ')
 
         def normalize(observ):  # The algorithm's normalization, on the copy.
             return normalizer.normalize(observ) if normalizer is not None else observ
@@ -338,6 +340,9 @@ class SavedPolicy:
         self.step = metadata.get('step')
         self.config = metadata.get('config')
         self._act = self._model.deterministic_action if greedy else self._model.sampled_action
+        # float32, or uint8 for a policy that takes frames.
+        signature = self._model.signatures['deterministic_action'].structured_input_signature
+        self._observ_dtype = signature[1]['observ'].dtype
 
     def initial_state(self, batch_size):
         if not self.recurrent:
@@ -345,7 +350,7 @@ class SavedPolicy:
         return self._model.initial_state(tf.constant(batch_size, tf.int32))['state'].numpy()
 
     def __call__(self, observ, state, reset):
-        observ = tf.constant(observ, tf.float32)
+        observ = tf.constant(observ, self._observ_dtype)
         if not self.recurrent:
             return self._act(observ)['action'].numpy(), state
         outputs = self._act(observ, tf.constant(state, tf.float32), tf.constant(reset, tf.bool))

@@ -1,5 +1,6 @@
 """Tests for policy export: the SavedModel acts like the live agent, with TensorFlow alone."""
 
+import functools
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from agents.algorithms import networks
+from agents.algorithms import conv_torsos, networks, shared_torso
 from agents.algorithms.ppo import ppo
 from agents.runs import policy_export, run_dir
 from agents.tools import gin_testing
@@ -173,6 +174,29 @@ class PolicyExportTest(absltest.TestCase):
         probs = tf.nn.softmax(params['logits'][0]).numpy()
         frequencies = np.bincount(samples, minlength=4) / len(samples)
         np.testing.assert_allclose(frequencies, probs, atol=0.015)
+
+    def test_policy_on_frames_takes_uint8_frames_and_acts_as_the_live_one(self):
+        torso = functools.partial(conv_torsos.ImpalaCNN, channels=(4,), features=16)
+        agent = ppo.PPO(observ_shape=(2, 8, 8), action_size=4, num_envs=2,
+                        policy_network=functools.partial(
+                            shared_torso.SharedTorsoCategoricalPolicy, torso=torso),
+                        value_network=None, normalize_observ=False, jit_compile=False)
+        rng = np.random.default_rng(3)
+        logits = agent.policy.logits  # Heads whose argmax the frames' brightness moves.
+        logits.kernel.assign(rng.normal(size=logits.kernel.shape) * 10.0)
+        logits.bias.assign(rng.normal(size=logits.bias.shape) * 10.0)
+        # Frames of many brightnesses, which the features (and so the actions) tell apart.
+        frames = (rng.uniform(size=(200, 1, 1, 1)) * rng.integers(0, 256, (200, 2, 8, 8))
+                  ).astype(np.uint8)
+        expected = live_actions(agent, frames)
+        self.assertGreater(len(set(expected.tolist())), 1)
+        space = gym.spaces.Box(0, 255, (2, 8, 8), np.uint8)
+        path = policy_export.export_policy(agent, os.path.join(self.directory, 'frames'), space,
+                                           DISCRETE_ACTIONS)
+        signature = tf.saved_model.load(path).signatures['deterministic_action']
+        self.assertEqual(signature.structured_input_signature[1]['observ'].dtype, tf.uint8)
+        np.testing.assert_array_equal(policy_export.SavedPolicy(path)(frames, (), None)[0],
+                                      expected)
 
     def test_recurrent_policy_carries_and_resets_its_state(self):
         agent = make_agent(2, networks.RecurrentGaussianPolicy)

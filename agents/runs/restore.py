@@ -13,6 +13,7 @@ work on a finished run, not for use inside training.
 """
 
 import dataclasses
+import functools
 import os
 import re
 import tempfile
@@ -32,6 +33,7 @@ from agents.runs import (
     run_settings,  # noqa: F401 (registers train.*, read from run configs)
 )
 from agents.storage import failures, locations
+from agents.tools import envpool_atari
 
 ConfigError = run_config.ConfigError
 # Runs written before `train.algorithm` was a binding trained PPO (a binding, so this module
@@ -41,10 +43,19 @@ _ALGORITHM_OF_OLDER_RUNS = 'train.algorithm = @PPO'
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
-    """The environment of a run as training saw it: id, `gymnasium.make` kwargs, wrappers."""
+    """The environment of a run as training saw it: id, kwargs, wrappers, and where the tools
+    play it.
+
+    `backend` 'gymnasium': Gymnasium's environment, `env_kwargs` those of `gymnasium.make` (a
+    run on EnvPool of a task Gymnasium registers acts there too, without EnvPool's kwargs).
+    'envpool': one of EnvPool's Atari games (envpool_atari.AtariEnv), `env_kwargs` the run's
+    arguments of `envpool.make`, played with the evaluation settings (whole games, unclipped
+    scores: envpool_atari.evaluation_kwargs) as the run's evaluations play them.
+    """
     env_id: str
     env_kwargs: Any
     wrappers: Any
+    backend: str = 'gymnasium'
 
     def factory(self, env_id=None, extra_wrappers=(), **make_kwargs):
         """A picklable function making the wrapped environment (see `make`).
@@ -55,13 +66,18 @@ class Environment:
             env_id, env_kwargs = self.env_id, self.env_kwargs
         else:
             env_kwargs = None  # Keyword arguments of one environment rarely fit another.
-        return environments.env_factory(env_id, env_kwargs, (*self.wrappers, *extra_wrappers),
-                                   **make_kwargs)
+        wrappers = (*self.wrappers, *extra_wrappers)
+        if self.backend == 'envpool':
+            return functools.partial(
+                envpool_atari.make_env, env_id,
+                {**envpool_atari.evaluation_kwargs(env_kwargs), **make_kwargs}, wrappers)
+        return environments.env_factory(env_id, env_kwargs, wrappers, **make_kwargs)
 
     def make(self, env_id=None, **make_kwargs):
-        """One wrapped environment; another `env_id` gets the same wrappers but no env_kwargs.
+        """One wrapped environment; another `env_id` gets the same wrappers but no env_kwargs
+        (and for an EnvPool run, must be another of EnvPool's Atari games).
 
-        `make_kwargs` (e.g. render_mode='rgb_array') go to `gymnasium.make`.
+        `make_kwargs` (e.g. render_mode='rgb_array') go to `gymnasium.make`, or `envpool.make`.
         """
         try:
             return self.factory(env_id, **make_kwargs)()
@@ -193,9 +209,13 @@ def environment_from_config(config):
         raise ConfigError('the run\'s configuration does not name its environment '
                           '(no train.env_id binding)')
     if values.pop('env_backend') == 'envpool':
-        # A run on EnvPool acts here in Gymnasium's environment of the same id, which takes
-        # none of envpool.make's arguments (num_threads...).
-        values['env_kwargs'] = None
+        if environments.plays_in_gymnasium(values['env_id']):
+            # Gymnasium's environment of the same id takes none of envpool.make's arguments
+            # (num_threads...).
+            values['env_kwargs'] = None
+        else:  # An Atari game (else the run could not have trained), in EnvPool.
+            environments.check_env_id(values['env_id'], 'envpool')
+            values['backend'] = 'envpool'
     return Environment(**values)
 
 
@@ -358,7 +378,8 @@ class AgentPolicy:
         return self._agent.initial_state(batch_size)
 
     def __call__(self, observ, state, reset):
+        # In the environment's dtype, as training's: the agent casts (frames stay bytes).
         action, _, state = self._agent.act(
-            tf.constant(np.asarray(observ, np.float32)), state, tf.constant(reset, tf.bool),
+            tf.constant(np.asarray(observ)), state, tf.constant(reset, tf.bool),
             greedy=self._greedy)
         return action.numpy(), state

@@ -1,6 +1,7 @@
 """Tests for restoring a run's agent, and the trainer's policy exports that mirror checkpoints."""
 
 import os
+import pickle
 import shutil
 import tempfile
 
@@ -13,6 +14,7 @@ from absl.testing import absltest
 from agents.algorithms import networks
 from agents.algorithms.ppo import ppo
 from agents.runs import loop, policy_export, restore, run_config, run_dir
+from agents.tools import envpool_atari, rendering
 
 # A tiny Pendulum run: three evaluations (256, 512, 768), two checkpoints kept.
 TINY_RUN = """
@@ -322,6 +324,47 @@ class EnvironmentFromConfigTest(absltest.TestCase):
             'Pendulum-v1', None, ('range_normalize', 'ClipAction')))
         self.assertEqual(environment.make().action_space,
                          gym.spaces.Box(-np.inf, np.inf, (1,), np.float32))
+
+    def test_a_run_on_envpool_of_an_atari_game_plays_it_in_envpool(self):
+        environment = restore.environment_from_config(
+            "train.env_id = 'Breakout-v5'\ntrain.env_backend = 'envpool'\n"
+            "train.env_kwargs = {'num_threads': 1}\ntrain.wrappers = []")
+        self.assertEqual(environment, restore.Environment(
+            'Breakout-v5', {'num_threads': 1}, [], backend='envpool'))
+        # As visualize makes it: pickled into a worker, in its extra wrapper.
+        factory = environment.factory(extra_wrappers=[rendering.configure_fast_rendering],
+                                      render_mode='rgb_array')
+        env = pickle.loads(pickle.dumps(factory))()
+        self.addCleanup(env.close)
+        self.assertIsInstance(env.unwrapped, envpool_atari.AtariEnv)
+        self.assertEqual(env.observation_space, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+        self.assertEqual(env.action_space, gym.spaces.Discrete(4))
+        self.assertEqual(env.metadata['render_fps'], 15.0)
+        observ, _ = env.reset(seed=0)
+        self.assertEqual(observ.dtype, np.uint8)
+        frame = env.render()
+        self.assertEqual((frame.shape, frame.dtype), ((210, 160, 3), np.uint8))
+        # The evaluation's settings: an episode is a whole game.
+        rng = np.random.default_rng(0)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            _, _, terminated, truncated, info = env.step(rng.integers(0, 4))
+        self.assertEqual((terminated, info['lives'], info['terminated']), (True, 0, 1))
+        # Another id is another of EnvPool's games, without the run's env_kwargs.
+        other = environment.make('Pong-v5')
+        self.addCleanup(other.close)
+        self.assertEqual(other.action_space, gym.spaces.Discrete(6))
+        with self.assertRaisesRegex(
+                run_config.ConfigError,
+                "^cannot make environment 'Pendulum-v1': 'Pendulum-v1' is not one of EnvPool's "
+                'Atari games$'):
+            environment.make('Pendulum-v1')
+
+    def test_a_run_on_envpool_of_a_task_neither_gymnasiums_nor_atari_is_refused(self):
+        with self.assertRaisesRegex(run_config.ConfigError,
+                                    "'CheetahRun-v1' is an EnvPool task but not a Gymnasium"):
+            restore.environment_from_config(
+                "train.env_id = 'CheetahRun-v1'\ntrain.env_backend = 'envpool'")
 
     def test_bad_configurations(self):
         with self.assertRaisesRegex(run_config.ConfigError, 'no train.env_id binding'):

@@ -1,12 +1,23 @@
-"""Tests of the compiled training step on native environments."""
+"""Tests of the compiled training step on native environments, and of frames kept uint8 from
+EnvPool's Atari to the update."""
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
 from agents import envs
-from agents.algorithms import off_policy_testing
-from agents.runs import training_step
+from agents.algorithms import off_policy_testing, shared_torso
+from agents.algorithms.ppo import ppo
+from agents.runs import environments, training_step
+from agents.tools import in_graph_batch_env
+
+
+class _RecordingPPO(ppo.PPO):
+    """PPO that records the dtypes of the rollouts it is given."""
+
+    def update(self, batch):
+        self.observ_dtypes = (batch['observ'].dtype, batch['next_observ'].dtype)
+        return super().update(batch)
 
 
 def _step(iterations_per_call, **hyperparameters):
@@ -50,6 +61,23 @@ class TrainingStepTest(absltest.TestCase):
             np.testing.assert_array_equal(saved, variable.numpy(), err_msg=variable.name)
         self.assertEqual(int(env_steps), 16)  # Its steps count; its transitions are kept.
         self.assertEqual(int(agent.buffer.added), 16)
+
+    def test_atari_frames_stay_bytes_from_the_environment_to_the_update(self):
+        env = in_graph_batch_env.InGraphBatchEnv(
+            environments.make_envpool_env('Pong-v5', 2, seed=0), seed=0)
+        self.addCleanup(env.close)
+        agent = _RecordingPPO(env.observation_space.shape, 6, 2,
+                              policy_network=shared_torso.SharedTorsoCategoricalPolicy,
+                              value_network=None, normalize_observ=False, num_minibatches=2,
+                              num_epochs=1, jit_compile=False)
+        step = training_step.TrainingStep(agent, env, 4, tf.Variable(0, dtype=tf.int64), 1,
+                                          jit_compile=False)
+        iterations, _ = step(True, 1)
+        self.assertLen(iterations, 1)
+        # A float copy of the frames anywhere before the update (the environment's variables,
+        # the rollout) would be four times the bytes; the torso casts each minibatch.
+        self.assertEqual(env.observ.dtype, tf.uint8)
+        self.assertEqual(agent.observ_dtypes, (tf.uint8, tf.uint8))
 
     def test_copies_what_undoing_needs_and_no_replay_buffer(self):
         step, agent, _ = _step(1)

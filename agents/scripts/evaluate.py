@@ -29,7 +29,8 @@ flags.DEFINE_string('policy', None, 'Directory of an exported policy (a SavedMod
 flags.DEFINE_string('logdir', None, 'Log directory of a training run, instead of --policy.')
 flags.DEFINE_string('checkpoint', None, 'With --logdir: a step number of the run or a '
                     'checkpoint path; default the latest that reads back.')
-flags.DEFINE_string('env_id', None, 'Gymnasium environment id; default the one trained on.')
+flags.DEFINE_string('env_id', None, 'Gymnasium environment id (for a run of an Atari game on '
+                    "EnvPool, another of EnvPool's games); default the one trained on.")
 flags.DEFINE_integer('num_episodes', 10, 'Episodes to run.')
 flags.DEFINE_integer('seed', 0, 'Episode i resets the environment with seed seed + i.')
 flags.DEFINE_string('output', None, 'File to write the metrics JSON to (also printed).')
@@ -86,7 +87,8 @@ def load_policy(copies):
                   'step': run.step}
     env = environment.make(FLAGS.env_id)
     try:
-        evaluation.check_spaces(env, *spaces)
+        # By id: EnvPool's Atari games have no Gymnasium spec to tell theirs.
+        evaluation.check_spaces(env, *spaces, env_name=FLAGS.env_id or environment.env_id)
     except ValueError as error:
         env.close()
         raise run_config.ConfigError(str(error)) from error

@@ -29,6 +29,12 @@ def run_train(*args, cwd=None, env=None):
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+def run_evaluate(*args):
+    return subprocess.run([sys.executable, '-m', 'agents.scripts.evaluate', *args],
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
 def metric_steps(logdir):
     with open(os.path.join(logdir, 'metrics.jsonl')) as f:
         return [json.loads(line)['step'] for line in f if line.strip()]
@@ -238,14 +244,36 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertTrue(math.isfinite(record['std_return']), record)
         self.assertBetween(record['mean_return'], -16.3 * 200, 0.0)
         # The run's policy acts in Gymnasium's Pendulum (evaluate, as visualize does).
-        evaluated = subprocess.run(
-            [sys.executable, '-m', 'agents.scripts.evaluate', f'--logdir={logdir}',
-             '--num_episodes=2'], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-            text=True, timeout=600, check=False)
+        evaluated = run_evaluate(f'--logdir={logdir}', '--num_episodes=2')
         self.assertEqual(evaluated.returncode, 0, evaluated.stderr[-3000:])
         metrics = json.loads(evaluated.stdout)
         self.assertEqual((metrics['env_id'], metrics['lengths']), ('Pendulum-v1', [200, 200]))
         self.assertBetween(metrics['mean_return'], -16.3 * 200, 0.0)
+
+    def test_atari_trains_from_frames_and_evaluates_whole_unclipped_games(self):
+        cwd = self.create_tempdir().full_path
+        result = run_train('--logdir=run', '--gin_file=configs/atari_pong.gin',
+                           '--gin_bindings=train.total_steps=2048',
+                           '--gin_bindings=train.eval_episodes=2', cwd=cwd)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn('Done: 2048 steps', result.stderr)
+        logdir = os.path.join(cwd, 'run')
+        with open(os.path.join(logdir, 'metrics.jsonl')) as f:
+            (record,) = [json.loads(line) for line in f if line.strip()]
+        # Whole games of Pong: one side reaches 21 points, so the score is a whole number in
+        # [-21, 21], not a clipped per-point episode, and a game lasts hundreds of steps.
+        self.assertEqual(record['episodes'], 2)
+        self.assertBetween(record['mean_return'], -21.0, 21.0)
+        self.assertGreater(record['mean_length'], 500)
+        # Its exported policy takes uint8 frames and plays whole games too.
+        policy = os.path.join(logdir, 'policy', '2048')
+        evaluated = run_evaluate(f'--policy={policy}', '--num_episodes=1')
+        self.assertEqual(evaluated.returncode, 0, evaluated.stderr[-3000:])
+        metrics = json.loads(evaluated.stdout)
+        self.assertEqual(metrics['env_id'], 'Pong-v5')
+        self.assertEqual(metrics['mean_return'], round(metrics['mean_return']))
+        self.assertBetween(metrics['mean_return'], -21.0, 21.0)
+        self.assertGreater(metrics['lengths'][0], 500)
 
     def test_envpool_backend_without_envpool_says_how_to_install_it(self):
         cwd = self.create_tempdir().full_path

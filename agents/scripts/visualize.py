@@ -5,9 +5,11 @@ checkpoint and runs the deterministic policy, writing one H.264 video per episod
 `episodes.jsonl` (episode, seed, return, length, video) into --outdir. Episode `i` starts from
 seed `--seed + i`, as in `//agents:evaluate`, so the returns of both tools agree. Renders
 headless in a worker process (see agents/tools/process_env.py): classic control through pygame,
-MuJoCo through EGL with fast render settings (agents/tools/rendering.py). --logdir and --outdir
-may be bucket URLs (gs://...): the run's checkpoints are read from a local copy, the videos are
-rendered locally and uploaded.
+MuJoCo through EGL with fast render settings (agents/tools/rendering.py), and an Atari game of a
+run on EnvPool as EnvPool draws its screen, in real time at 15 frames/s (a step is 4 of the
+Atari's 60 frames a second; agents/tools/envpool_atari.py). --logdir and --outdir may be bucket
+URLs (gs://...): the run's checkpoints are read from a local copy, the videos are rendered locally
+and uploaded.
 """
 
 import json

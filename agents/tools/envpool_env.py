@@ -12,7 +12,12 @@ with autoreset disabled does:
 - stepping while an environment's episode has ended is refused, since EnvPool would spend that
   step on its autoreset;
 - seeds follow BatchEnv's (env i gets seed + i), but EnvPool fixes them when the pool is made, so
-  a seeded reset makes a new pool.
+  a seeded reset makes a new pool;
+- Atari's episodic life (`episodic_life=True`, as CleanRL trains) keeps its meaning: a lost life
+  ends an episode, and that env's reset continues the same game, as EnvPool's own autoreset
+  does. EnvPool's reset by id would start a new game (5 lives again in Breakout), so the reset
+  of an env whose last step lost a life is that autoreset step instead: the env stepped alone,
+  its action ignored, giving the next life's first observation.
 
 Sync mode only (EnvPool's batch_size = num_envs). EnvPool is an optional dependency: it is
 imported when an EnvPoolBatchEnv is made, so this module imports without it.
@@ -68,8 +73,11 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
       observation space's dtype, which for the tasks checked is EnvPool's and Gymnasium's;
     - infos are EnvPool's (`env_id`, `elapsed_step` and the task's own, zero at a reset); those
       of a partial reset are batched as Gymnasium does, with `_key` masks of the reset rows;
-    - no `render`, `call`, `get_attr` or `set_attr`; `cancel_wait` and `waiting` do nothing, as
-      for BatchEnv in-process (there are no workers to wait for).
+    - with Atari's `episodic_life`, a reset continues the game of an env whose last step lost a
+      life (see the module docstring); other resets start new games;
+    - `render` gives EnvPool's frames (env_kwargs `render_mode='rgb_array'`); no `call`,
+      `get_attr` or `set_attr`; `cancel_wait` and `waiting` do nothing, as for BatchEnv
+      in-process (there are no workers to wait for).
 
     Bad actions are refused as BatchEnv refuses them (`batch_env.ActionChecker`), before
     EnvPool sees them and with nothing stepped: a wrong shape (which EnvPool would read out of
@@ -86,7 +94,8 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
           seed: None (random), an int (env i gets seed + i) or one int per env; seeds the pool
             until a seeded reset.
           env_kwargs: other arguments of `envpool.make`, e.g. `num_threads`,
-            `max_episode_steps` or Atari's `episodic_life`, `reward_clip` and `stack_num`.
+            `max_episode_steps`, Atari's `episodic_life`, `reward_clip` and `stack_num`, or
+            `render_mode='rgb_array'` for `render`.
           action_dtype: float dtype of the Box action space to offer instead of EnvPool's;
             e.g. float32, which Gymnasium's MuJoCo environments declare where EnvPool declares
             float64, for the same spaces as the Gymnasium backend. Actions are cast to
@@ -124,11 +133,15 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         except Exception:
             self.close()
             raise
-        self.metadata = {'autoreset_mode': AutoresetMode.DISABLED, 'render_modes': []}
-        self.render_mode = None
+        self.render_mode = env_kwargs.get('render_mode')
+        self.metadata = {'autoreset_mode': AutoresetMode.DISABLED,
+                         'render_modes': [] if self.render_mode is None else [self.render_mode]}
         self._pending = None  # 'step' between step_async and step_wait.
         self._needs_reset = True
         self._ended = np.zeros(self.num_envs, bool)
+        # Atari with episodic life: a lost life ends an episode but not the game.
+        self._lives_are_episodes = is_atari(self._pool.spec) and self.config.episodic_life
+        self._life_lost = np.zeros(self.num_envs, bool)  # Ended by a lost life; game goes on.
         self._observations = np.zeros(
             (self.num_envs, *self.single_observation_space.shape),
             self.single_observation_space.dtype)
@@ -158,6 +171,11 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(action_space, self.num_envs)
         self._check_actions = batch_env.ActionChecker(action_space, self.num_envs)
 
+    @property
+    def config(self):
+        """EnvPool's configuration of the pool (a namedtuple: `frame_skip`, `episodic_life`...)."""
+        return self._pool.spec.config
+
     def _check_running(self):
         if self.closed:
             raise gym.error.ClosedEnvironmentError('the EnvPoolBatchEnv was closed')
@@ -166,7 +184,8 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         """Resets all envs, or those in `options['reset_mask']` (a bool array), like BatchEnv.
 
         `seed` is None, an int (env i gets seed + i) or a list of ints, one per env; a seeded
-        reset makes a new pool and so takes no reset_mask. Returns (observations, infos).
+        reset makes a new pool and so takes no reset_mask. Unseeded, an env whose last step lost
+        an Atari life (episodic life) goes on with its game. Returns (observations, infos).
         """
         self._check_running()
         if self._pending:
@@ -179,20 +198,39 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
                     'EnvPool fixes its seeds when the pool is made: a seeded reset makes a new '
                     "pool and resets every env, so it takes no options['reset_mask']")
             self._reseed(self._seeds(seed))
+            self._life_lost[:] = False  # New games.
         self._fresh = False
-        if mask is None:
+        ids = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        continuing = self._life_lost[ids]
+        if mask is None and not continuing.any():
             observations, infos = self._pool.reset()
-            self._needs_reset = False
-            self._ended[:] = False
         else:
-            rows, infos = self._pool.reset(np.flatnonzero(mask).astype(np.int32))
-            ids = infos['env_id']  # The order of EnvPool's rows.
             observations = self._observations.copy()
-            observations[ids] = rows
-            infos = _scatter_infos(infos, ids, self.num_envs)
-            self._ended[ids] = False
+            parts = []
+            for part, start in ((ids[~continuing], self._pool.reset),
+                                (ids[continuing], self._continue_games)):
+                if part.size:
+                    rows, part_infos = start(part.astype(np.int32))
+                    observations[part_infos['env_id']] = rows  # In the order of EnvPool's rows.
+                    parts.append(part_infos)
+            infos = _scatter_infos(parts, self.num_envs)
+        if mask is None:
+            self._needs_reset = False
+        self._ended[ids] = False
+        self._life_lost[ids] = False
         self._observations = np.asarray(observations, self.single_observation_space.dtype)
         return self._observations, infos
+
+    def _continue_games(self, ids):
+        """(observations, infos) of the next lives of the games of envs `ids`, whose last step
+        lost a life: EnvPool's autoreset step, the envs stepped alone (the action is ignored).
+
+        As for a reset, the reward is 0 and the episode not ended; `elapsed_step` counts on from
+        the game's start."""
+        space = self._pool.action_space
+        observations, _, _, _, infos = self._pool.step(
+            np.zeros((len(ids), *space.shape), space.dtype), ids)
+        return observations, infos
 
     def _reseed(self, seeds):
         """Replaces the pool by one of `seeds`, unless it is fresh and has them already."""
@@ -269,7 +307,19 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         # In sync mode EnvPool returns the rows in the order of the env ids sent: 0, 1, ...
         self._observations = np.asarray(observations, self.single_observation_space.dtype)
         np.logical_or(terminations, truncations, out=self._ended)
+        if self._lives_are_episodes:
+            # Atari's info['terminated'] is the game's end; a time limit ends the game too.
+            self._life_lost = terminations & ~truncations & (infos['terminated'] == 0)
         return self._observations, rewards, terminations, truncations, infos
+
+    def render(self):
+        """EnvPool's frames of every env, e.g. uint8 (num_envs, 210, 160, 3) for Atari; needs
+        env_kwargs `render_mode='rgb_array'`.
+
+        MuJoCo tasks need a current GL context to render, or EnvPool ends the process
+        (docs/envpool_findings.md); Atari and classic control draw without one."""
+        self._check_running()
+        return self._pool.render(env_ids=np.arange(self.num_envs))
 
     def cancel_wait(self, reason):
         """Nothing to cancel: EnvPool's step is one call into C++ (BatchEnv in-process's no-op)."""
@@ -290,6 +340,12 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         return f'EnvPoolBatchEnv({self.env_id!r}, num_envs={self.num_envs})'
 
 
+def is_atari(spec):
+    """Whether an EnvPool task's spec (`envpool.make_spec(id)`, or a pool's `spec`) is one of
+    EnvPool's Atari games."""
+    return isinstance(spec, import_envpool().atari.AtariEnvSpec)
+
+
 def _box_of_dtype(space, dtype):
     """`space`, a Box, with float `dtype`."""
     dtype = np.dtype(dtype)
@@ -299,18 +355,25 @@ def _box_of_dtype(space, dtype):
     return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype)
 
 
-def _scatter_infos(infos, ids, num_envs):
-    """EnvPool's infos of the envs `ids` batched as Gymnasium batches a partial reset's: each
-    value in a num_envs array (zero elsewhere), `_key` marking the reset envs."""
-    mask = np.zeros(num_envs, bool)
-    mask[ids] = True
+def _scatter_infos(parts, num_envs):
+    """EnvPool's infos of some envs (`parts`, each of the envs its `env_id` lists) batched as
+    Gymnasium batches a partial reset's: each value in a num_envs array (zero elsewhere), `_key`
+    marking the reset envs."""
     batched = {}
+    for infos in parts:
+        _scatter_into(batched, infos, infos['env_id'], num_envs)
+    return batched
+
+
+def _scatter_into(batched, infos, ids, num_envs):
     for key, value in infos.items():
         if isinstance(value, dict):
-            batched[key] = _scatter_infos(value, ids, num_envs)
+            _scatter_into(batched.setdefault(key, {}), value, ids, num_envs)
         else:
             value = np.asarray(value)
-            batched[key] = np.zeros((num_envs, *value.shape[1:]), value.dtype)
+            if key not in batched:
+                batched[key] = np.zeros((num_envs, *value.shape[1:]), value.dtype)
             batched[key][ids] = value
-        batched[f'_{key}'] = mask
-    return batched
+        if f'_{key}' not in batched:
+            batched[f'_{key}'] = np.zeros(num_envs, bool)
+        batched[f'_{key}'][ids] = True

@@ -9,7 +9,9 @@ EnvPool's reset infos give as 0, set to 0: the reward only uses its change) and 
 every step.
 """
 
+import collections
 import sys
+import types
 import warnings
 from unittest import mock
 
@@ -62,6 +64,191 @@ class _RandomAlgorithm(simulate.Algorithm):
             shape = tf.concat([[count], space.shape], 0)
             action = tf.random.uniform(shape, space.low, space.high, space.dtype)
         return action, ()
+
+
+class _ScriptedAtariSpec:
+    """Stands for EnvPool's AtariEnvSpec."""
+
+    def __init__(self, episodic_life):
+        self.config = collections.namedtuple('Config', 'episodic_life frame_skip')(
+            episodic_life, 4)
+
+
+class _ScriptedAtariPool:
+    """A stand-in for a sync EnvPool Atari pool whose games the actions script: action 1 loses
+    a life, 2 scores 10 points, 0 does nothing; a game has 3 lives and a time limit of
+    `max_steps` steps. Autoresets as EnvPool does (NEXT_STEP: the step after a lost life, with
+    episodic life, goes on with the game, else starts a new one), a reset by id starts a new
+    game, and `calls` records each reset and each step of some envs alone.
+
+    The observation of an env is (its game's number, its lives)."""
+
+    LIVES = 3
+
+    def __init__(self, num_envs, episodic_life=False, reward_clip=False, max_steps=100):
+        self.spec = _ScriptedAtariSpec(episodic_life)
+        self.observation_space = gym.spaces.Box(0, 255, (2,), np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+        self._reward_clip, self._max_steps = reward_clip, max_steps
+        self.games = np.zeros(num_envs, int)
+        self.lives = np.zeros(num_envs, int)
+        self.elapsed = np.zeros(num_envs, int)
+        self.ended = np.zeros(num_envs, bool)
+        self.life_lost = np.zeros(num_envs, bool)
+        self.calls = []
+        self._sent = None
+
+    def _new_game(self, index):
+        self.games[index] += 1
+        self.lives[index], self.elapsed[index] = self.LIVES, 0
+        self.ended[index] = self.life_lost[index] = False
+
+    def _infos(self, ids, rewards):
+        return {'env_id': ids.astype(np.int32), 'players': {'env_id': ids.astype(np.int32)},
+                'lives': self.lives[ids].astype(np.int32), 'reward': rewards.astype(np.float32),
+                'terminated': (self.lives[ids] == 0).astype(np.int32),
+                'elapsed_step': self.elapsed[ids].astype(np.int32)}
+
+    def _observations(self, ids):
+        return np.stack([self.games[ids], self.lives[ids]], axis=1).astype(np.uint8)
+
+    def reset(self, env_id=None):
+        ids = np.arange(len(self.games)) if env_id is None else np.asarray(env_id)
+        self.calls.append(('reset', ids.tolist()))
+        for index in ids:
+            self._new_game(index)
+        return self._observations(ids), self._infos(ids, np.zeros(len(ids)))
+
+    def send(self, actions, env_id=None):
+        self._sent = (np.asarray(actions), env_id)
+
+    def recv(self):
+        actions, env_id = self._sent
+        ids = np.arange(len(self.games)) if env_id is None else np.asarray(env_id)
+        rewards = np.zeros(len(ids))
+        terminations = np.zeros(len(ids), bool)
+        truncations = np.zeros(len(ids), bool)
+        for row, (index, action) in enumerate(zip(ids, actions, strict=True)):
+            if self.ended[index]:  # EnvPool's autoreset step: the action is ignored.
+                if self.life_lost[index]:
+                    self.ended[index] = self.life_lost[index] = False
+                else:
+                    self._new_game(index)
+                continue
+            self.elapsed[index] += 1
+            if action == 1:
+                self.lives[index] -= 1
+            rewards[row] = 10.0 * (action == 2)
+            truncations[row] = self.elapsed[index] >= self._max_steps
+            game_over = self.lives[index] == 0 or truncations[row]
+            lost = self.spec.config.episodic_life and action == 1 and not game_over
+            terminations[row] = self.lives[index] == 0 or lost
+            self.ended[index] = terminations[row] or truncations[row]
+            self.life_lost[index] = lost
+        infos = self._infos(ids, rewards)
+        if self._reward_clip:
+            rewards = np.sign(rewards)
+        return (self._observations(ids), rewards.astype(np.float32), terminations, truncations,
+                infos)
+
+    def step(self, actions, env_id=None):
+        self.calls.append(('step', np.asarray(env_id).tolist()))
+        self.send(actions, env_id)
+        return self.recv()
+
+    def close(self):
+        pass
+
+
+class ScriptedEpisodicLifeTest(absltest.TestCase):
+    """The resets of an episodic-life pool against scripted games (no EnvPool)."""
+
+    def _make(self, num_envs=2, **kwargs):
+        pools = []
+
+        def make(task_id, env_type, num_envs, batch_size, seed, **kwargs):
+            del task_id, env_type, batch_size, seed
+            pools.append(_ScriptedAtariPool(num_envs, **kwargs))
+            return pools[-1]
+
+        envpool = types.SimpleNamespace(
+            list_all_envs=lambda: ['Scripted-v5'], make=make,
+            atari=types.SimpleNamespace(AtariEnvSpec=_ScriptedAtariSpec))
+        patcher = mock.patch.object(envpool_env, 'import_envpool', return_value=envpool)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        env = envpool_env.EnvPoolBatchEnv('Scripted-v5', num_envs, seed=0, env_kwargs=kwargs)
+        self.addCleanup(env.close)
+        return env, pools
+
+    def test_a_lost_lifes_reset_goes_on_with_the_game(self):
+        env, pools = self._make(episodic_life=True, reward_clip=True)
+        pool = pools[0]
+        observations, _ = env.reset()
+        np.testing.assert_array_equal(observations, [[1, 3], [1, 3]])  # Game 1, 3 lives.
+        # Env 0 loses a life, env 1 scores.
+        observations, rewards, terminations, _, infos = env.step(np.array([1, 2]))
+        np.testing.assert_array_equal(terminations, [True, False])
+        np.testing.assert_array_equal(rewards, [0, 1])  # Clipped; info['reward'] is not.
+        np.testing.assert_array_equal(infos['reward'], [0, 10])
+        pool.calls.clear()
+        observations, infos = env.reset(options={'reset_mask': np.array([True, False])})
+        self.assertEqual(pool.calls, [('step', [0])])  # EnvPool's autoreset, not its reset.
+        np.testing.assert_array_equal(observations, [[1, 2], [1, 3]])  # Same game, 2 lives.
+        np.testing.assert_array_equal(infos['_lives'], [True, False])
+        np.testing.assert_array_equal(infos['lives'], [2, 0])
+        # Game over: a new game.
+        for lives in (1, 0):
+            _, _, terminations, _, infos = env.step(np.array([1, 0]))
+            np.testing.assert_array_equal(terminations, [True, False])
+            np.testing.assert_array_equal(infos['lives'], [lives, 3])
+            pool.calls.clear()
+            observations, _ = env.reset(options={'reset_mask': np.array([True, False])})
+        self.assertEqual(pool.calls, [('reset', [0])])
+        np.testing.assert_array_equal(observations, [[2, 3], [1, 3]])
+
+    def test_a_full_reset_goes_on_with_games_of_lost_lives_only(self):
+        # InGraphBatchEnv resets all envs with a full reset when all ended (always, for one).
+        env, pools = self._make(num_envs=3, episodic_life=True)
+        pool = pools[0]
+        env.reset()
+        env.step(np.array([1, 0, 1]))  # Envs 0 and 2 lose a life, env 1 goes on.
+        pool.calls.clear()
+        observations, infos = env.reset()
+        self.assertEqual(pool.calls, [('reset', [1]), ('step', [0, 2])])
+        np.testing.assert_array_equal(observations, [[1, 2], [2, 3], [1, 2]])
+        np.testing.assert_array_equal(infos['_env_id'], [True, True, True])
+        np.testing.assert_array_equal(infos['players']['env_id'], [0, 1, 2])
+        env.step(np.array([0, 0, 0]))  # Allowed: every env was reset.
+        # A seeded reset makes a new pool: new games, also after a lost life.
+        env.step(np.array([1, 0, 0]))
+        observations, _ = env.reset(seed=5)
+        self.assertLen(pools, 2)
+        self.assertEqual(pools[1].calls, [('reset', [0, 1, 2])])
+        np.testing.assert_array_equal(observations, [[1, 3]] * 3)
+
+    def test_a_time_limit_ends_the_game(self):
+        env, pools = self._make(num_envs=1, episodic_life=True, max_steps=2)
+        env.reset()
+        env.step(np.array([0]))
+        _, _, terminations, truncations, _ = env.step(np.array([1]))  # A life, and the time.
+        self.assertEqual((terminations[0], truncations[0]), (False, True))
+        pools[0].calls.clear()
+        observations, _ = env.reset()
+        self.assertEqual(pools[0].calls, [('reset', [0])])
+        np.testing.assert_array_equal(observations, [[2, 3]])
+
+    def test_without_episodic_life_an_episode_is_a_game(self):
+        env, pools = self._make(num_envs=1)
+        env.reset()
+        for lives in (2, 1):
+            _, _, terminations, _, infos = env.step(np.array([1]))
+            self.assertEqual((terminations[0], infos['lives'][0]), (False, lives))
+        _, _, terminations, _, _ = env.step(np.array([1]))
+        self.assertTrue(terminations[0])
+        pools[0].calls.clear()
+        env.reset(options={'reset_mask': np.array([True])})
+        self.assertEqual(pools[0].calls, [('reset', [0])])
 
 
 class EnvPoolBatchEnvTest(parameterized.TestCase):
@@ -362,6 +549,69 @@ class EnvPoolBatchEnvTest(parameterized.TestCase):
                 'Pendulum-v1', 2, env_kwargs={'batch_size': 1, 'seed': 1})
         with self.assertRaises(TypeError):  # EnvPool's own check.
             envpool_env.EnvPoolBatchEnv('Pendulum-v1', 2, env_kwargs={'no_such_kwarg': 1})
+
+
+    def test_atari_frames_render_and_config(self):
+        env = _make('Pong-v5', render_mode='rgb_array')
+        self.addCleanup(env.close)
+        self.assertEqual(env.single_observation_space,
+                         gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+        self.assertEqual(env.single_action_space, gym.spaces.Discrete(6))
+        observations, _ = env.reset()
+        self.assertEqual((observations.shape, observations.dtype), ((2, 4, 84, 84), np.uint8))
+        observations, _, _, _, _ = env.step(np.array([0, 1]))
+        self.assertEqual(observations.dtype, np.uint8)
+        frames = env.render()
+        self.assertEqual((frames.shape, frames.dtype), ((2, 210, 160, 3), np.uint8))
+        self.assertEqual((env.config.frame_skip, env.config.stack_num), (4, 4))
+        self.assertEqual(env.metadata['render_modes'], ['rgb_array'])
+
+    def test_atari_lost_lives_continue_the_game_as_envpools_autoreset_does(self):
+        # CleanRL trains on EnvPool's NEXT_STEP autoreset, whose step after a lost life goes on
+        # with the same game. Our resets must give the same episodes: a twin pool of the same
+        # seed, autoresetting, sees the same frames, rewards, lives and ends at every step.
+        import envpool  # noqa: PLC0415 (the module imports without it)
+        kwargs = {**_KWARGS, 'episodic_life': True, 'reward_clip': True}
+        env = envpool_env.EnvPoolBatchEnv('Breakout-v5', 1, seed=4, env_kwargs=kwargs)
+        self.addCleanup(env.close)
+        twin = envpool.make('Breakout-v5', env_type='gymnasium', num_envs=1, batch_size=1,
+                            seed=4, **kwargs)
+        self.addCleanup(twin.close)
+        observations, _ = env.reset()
+        np.testing.assert_array_equal(observations, twin.reset()[0])
+        ended, starts = False, []
+        for step in range(2000):
+            if [lives for lives, _ in starts].count(5) == 2:  # Two whole games.
+                break
+            actions = self.rng.integers(0, 4, 1).astype(np.int32)
+            if ended:
+                # Masked and full resets alike (InGraphBatchEnv resets all with a full one).
+                observations, infos = (env.reset() if step % 2 else
+                                       env.reset(options={'reset_mask': np.array([True])}))
+                twin_observations, reward, _, _, twin_infos = twin.step(actions)  # Ignored.
+                np.testing.assert_array_equal(observations, twin_observations)
+                self.assertEqual(reward[0], 0)
+                starts.append((int(infos['lives'][0]), int(infos['elapsed_step'][0])))
+                self.assertEqual(starts[-1], (twin_infos['lives'][0],
+                                              twin_infos['elapsed_step'][0]))
+            stepped, expected = env.step(actions), twin.step(actions)
+            for value, reference in zip(stepped[:4], expected[:4], strict=True):
+                np.testing.assert_array_equal(value, reference)
+            ended = bool(stepped[2][0] or stepped[3][0])
+        # Two games of 5 lives: each lost life's reset goes on with the game (the step count
+        # too); the game over's starts a new one.
+        self.assertEqual([lives for lives, _ in starts], [4, 3, 2, 1, 5, 4, 3, 2, 1, 5])
+        self.assertEqual([elapsed > 0 for _, elapsed in starts], [True] * 4 + [False] +
+                         [True] * 4 + [False])
+        # Why the reset of a lost life is EnvPool's autoreset step: its reset by id starts a
+        # new game.
+        lost = None
+        while lost is None:
+            _, _, terminations, _, infos = twin.step(np.array([1], np.int32))
+            if terminations[0] and not infos['terminated'][0]:  # A life lost, not the game.
+                lost = infos['lives'][0]
+        self.assertBetween(lost, 1, 4)
+        self.assertEqual(twin.reset(np.array([0], np.int32))[1]['lives'][0], 5)
 
 
 if __name__ == '__main__':

@@ -76,7 +76,8 @@ class A2C(actor_critic.ActorCritic):
             per environment).
           policy_network: factory `(observ_shape, action_size, seed) -> policy` (networks.py).
             Recurrent policies train on the whole rollout as one sequence per environment.
-          value_network: factory `(observ_shape, seed) -> value network`.
+          value_network: factory `(observ_shape, seed) -> value network`; None for a policy
+            with a value head of its own (shared_torso.py).
           discount: gamma.
           gae_lambda: GAE's lambda; SB3's A2C default 1.0 gives n-step returns.
           learning_rate: the optimizer's initial learning rate.
@@ -169,7 +170,8 @@ class A2C(actor_critic.ActorCritic):
         state before step t) and policy_state (the state at step 0; `()` for feed-forward
         policies). Advantages and returns are targets, not differentiated through.
         """
-        params = self.policy.sequence(data['observ'], data['policy_state'], data['reset'])
+        params, value = self.params_and_value(data['observ'], data['policy_state'],
+                                              data['reset'])
         policy = self.policy.distribution(params)
         advantage = tf.stop_gradient(data['advantage'])
         if self._normalize_advantages:
@@ -180,7 +182,7 @@ class A2C(actor_critic.ActorCritic):
             advantage = (advantage - mean) / (std + 1e-8)
         policy_loss = -members.mean(advantage * policy.log_prob(data['action']))
         value_loss = members.mean(
-            tf.square(tf.stop_gradient(data['return']) - self.value(data['observ'])))
+            tf.square(tf.stop_gradient(data['return']) - value))
         entropy = members.mean(policy.entropy())
         loss = (policy_loss + self._value_coef * value_loss
                 - self.hyperparameter('entropy_coef') * entropy)

@@ -58,7 +58,8 @@ class PPO(actor_critic.ActorCritic):
           num_envs: number of environments in a batch (the reward scaler keeps one discounted
             return per environment).
           policy_network: factory `(observ_shape, action_size, seed) -> policy` (see networks.py).
-          value_network: factory `(observ_shape, seed) -> value network`.
+          value_network: factory `(observ_shape, seed) -> value network`; None for a policy
+            with a value head of its own (shared_torso.py).
           objective: 'clipped' (PPO-clip) or 'kl_penalty' (batch-ppo's adaptive KL penalty).
           discount, gae_lambda: GAE(lambda) parameters.
           num_epochs: passes over the batch per update.
@@ -121,6 +122,10 @@ class PPO(actor_critic.ActorCritic):
         if concurrent_networks and not jit_compile:
             raise ValueError('concurrent_networks needs jit_compile: the networks train side '
                              'by side as two XLA programs.')
+        if concurrent_networks and value_network is None:
+            raise ValueError('concurrent_networks trains the policy and the value network side '
+                             'by side; with value_network = None (a shared torso) there is one '
+                             'network.')
         adam = functools.partial(optimizers.Adam, epsilon=adam_epsilon)
         super().__init__(
             observ_shape, action_size, num_envs, policy_network, value_network, adam,
@@ -355,9 +360,9 @@ class PPO(actor_critic.ActorCritic):
     def loss(self, minibatch, initial_state):
         """The whole PPO objective for each member's minibatch of chunks `[K, L, M, ...]`:
         ([K] losses, {name: [K]})."""
-        params = self.policy.sequence(minibatch['observ'], initial_state, minibatch['reset'])
-        return self.objective(
-            self.policy.distribution(params), self.value(minibatch['observ']), minibatch)
+        params, value = self.params_and_value(minibatch['observ'], initial_state,
+                                              minibatch['reset'])
+        return self.objective(self.policy.distribution(params), value, minibatch)
 
     def objective(self, policy, value, minibatch):
         """PPO's objective of `policy` and `value` (what the networks give for the minibatch's
