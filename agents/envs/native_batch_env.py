@@ -55,6 +55,8 @@ class NativeBatchEnv(tf.Module):
     state_in_variables = True
     # No VectorEnv behind it: stepping runs no Python, nothing can crash or hang.
     vector_env = None
+    # All environments step as one batch (simulate.py's interface).
+    num_groups = 1
 
     def __init__(self, env, num_envs, seed=0, wrappers=(), check_inputs=True, name=None):
         """Creates the variables; every environment needs a reset before its first step.

@@ -24,7 +24,13 @@ import tensorflow as tf
 from agents import envs
 from agents.runs import run_config
 from agents.storage import failures
-from agents.tools import batch_env, envpool_atari, envpool_env, in_graph_batch_env
+from agents.tools import (
+    batch_env,
+    envpool_atari,
+    envpool_env,
+    in_graph_batch_env,
+    pipelined_env,
+)
 from agents.tools import wrappers as wrappers_lib
 
 BACKENDS = ('gymnasium', 'native', 'envpool')
@@ -67,7 +73,8 @@ class Environments:
                     check_inputs=check_inputs, seed=seed)
             elif backend == 'envpool':
                 self.make_training = functools.partial(
-                    make_envpool_env, env_id, num_envs, env_kwargs, wrappers)
+                    make_envpool_training, env_id, num_envs, env_kwargs, wrappers)
+                env_kwargs = _without_batch_size(env_kwargs)  # Evaluation steps as one batch.
                 # Made with the seeds of its first reset, which then keeps the pool.
                 self.training = in_graph_batch_env.InGraphBatchEnv(
                     _configured(functools.partial(self.make_training, seed=seed), env_id),
@@ -173,6 +180,36 @@ def plays_in_gymnasium(env_id):
 # Wrappers that do not fit Atari's uint8 frames and Discrete actions: range_normalize would
 # rescale the frames into [-1, 1] in uint8 (which Gymnasium refuses), ClipAction needs Box actions.
 _NOT_FOR_ATARI = ('range_normalize', 'ClipAction')
+
+
+def make_envpool_training(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None):
+    """The training environments on the EnvPool backend: `make_envpool_env`, or with
+    `env_kwargs['batch_size']` B below `num_envs` (EnvPool's async mode) a PipelinedVectorEnv
+    of `num_envs` / B pools of B, one stepping while the algorithm acts for the next
+    (tools/pipelined_env.py); environment i is seeded `seed` + i either way."""
+    batch_size = dict(env_kwargs or {}).get('batch_size', num_envs)
+    env_kwargs = _without_batch_size(env_kwargs)
+    if batch_size == num_envs:
+        return make_envpool_env(env_id, num_envs, env_kwargs, wrappers, seed=seed)
+    if (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+            or batch_size > num_envs or num_envs % batch_size):
+        raise ValueError(f"env_kwargs['batch_size'] = {batch_size!r} must be a positive "
+                         f'divisor of train.num_envs = {num_envs}: the environments step in '
+                         'groups of batch_size')
+    groups = []
+    try:
+        for start in range(0, num_envs, batch_size):
+            groups.append(make_envpool_env(env_id, batch_size, env_kwargs, wrappers,
+                                           seed=None if seed is None else seed + start))
+        return pipelined_env.PipelinedVectorEnv(groups)
+    except BaseException:
+        for group in groups:
+            group.close()
+        raise
+
+
+def _without_batch_size(env_kwargs):
+    return {key: value for key, value in dict(env_kwargs or {}).items() if key != 'batch_size'}
 
 
 def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None,

@@ -99,6 +99,28 @@ class EnvironmentsTest(absltest.TestCase):
             np.testing.assert_array_equal(reward.numpy(), [1.0, 1.0])
             self.assertEqual(observ.shape, (2, 4))
 
+    def test_envpool_batch_size_steps_the_training_environments_in_groups(self):
+        with environments.Environments(
+                'Pendulum-v1', 'envpool', num_envs=4, eval_episodes=2, seed=5,
+                env_kwargs={**ENVPOOL_KWARGS, 'batch_size': 2}) as envs:
+            self.assertEqual(envs.training.num_groups, 2)
+            self.assertEqual(envs.evaluation.num_groups, 1)  # Evaluations step as one batch.
+            # Env i starts from seed 5 + i, as in one pool of 4.
+            twin = environments.make_envpool_env('Pendulum-v1', 4, ENVPOOL_KWARGS,
+                                                 environments.DEFAULT_WRAPPERS, seed=5)
+            self.addCleanup(twin.close)
+            np.testing.assert_array_equal(envs.training.reset().numpy(), twin.reset()[0])
+            # A restart rebuilds the groups.
+            envs.training.replace_vector_env(envs.make_training(), seed=1).close()
+            self.assertEqual(envs.training.num_groups, 2)
+        for batch_size in (3, 0, 5, 2.0):
+            with self.subTest(batch_size=batch_size), self.assertRaisesRegex(
+                    run_config.ConfigError, rf"env_kwargs\['batch_size'\] = {batch_size!r} must "
+                    'be a positive divisor of train.num_envs = 4'):
+                environments.Environments('Pendulum-v1', 'envpool', num_envs=4,
+                                          eval_episodes=1, seed=0,
+                                          env_kwargs={'batch_size': batch_size})
+
     def test_envpool_mistakes_are_config_errors_naming_them(self):
         for arguments, message in (
                 (dict(env_id='NoSuchEnv-v0'),
@@ -121,8 +143,8 @@ class EnvironmentsTest(absltest.TestCase):
                  "^cannot make environment 'Pong-v5': .*no_such_argument"),
                 (dict(env_kwargs={'no_such_argument': 1}),
                  "^cannot make environment 'Pendulum-v1': .*no_such_argument"),
-                (dict(env_kwargs={'batch_size': 1}),
-                 r"^cannot make environment 'Pendulum-v1': env_kwargs \['batch_size'\] are set"),
+                (dict(env_kwargs={'seed': 1}),
+                 r"^cannot make environment 'Pendulum-v1': env_kwargs \['seed'\] are set"),
                 (dict(wrappers=('NoSuchWrapper',)),
                  "^cannot make environment 'Pendulum-v1': unknown vector wrapper "
                  "'NoSuchWrapper'")):

@@ -44,8 +44,12 @@ class RunSettings:
         evaluations; needs `pip install 'batchppo[envpool]'`): the Gymnasium tasks EnvPool
         has (e.g. Pendulum-v1, CartPole-v1, HalfCheetah-v5, Hopper-v5) with the Gymnasium
         backend's spaces and seeds (EnvPool draws other initial states from a seed);
-        `env_kwargs` go to `envpool.make` and the wrappers wrap the batch. `visualize` and
-        `evaluate` act in Gymnasium's environments.
+        `env_kwargs` go to `envpool.make` and the wrappers wrap the batch, and EnvPool's
+        Atari games, from uint8 frames (whole games in evaluations); `env_kwargs['batch_size']`
+        B below `num_envs` steps the training environments in groups of B, one stepping while
+        the algorithm acts for the next (tools/pipelined_env.py: EnvPool's async mode, in a
+        fixed order). `visualize` and `evaluate` act in Gymnasium's environments (EnvPool's,
+        for Atari).
       native_dtype: 'float64' or 'float32', the physics dtype of the native training
         environments (evaluation always runs float64, Gymnasium-exact).
       jit_compile: compile iterations and evaluations with XLA; None: see

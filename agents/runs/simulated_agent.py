@@ -18,6 +18,7 @@ class SimulatedAgent(simulate.Algorithm):
 
     def __init__(self, agent, num_envs, greedy=False):
         self._agent = agent
+        self._num_envs = num_envs
         self._greedy = bool(greedy)
         self._state = tf.nest.map_structure(
             lambda tensor: tf.Variable(tensor, trainable=False),
@@ -35,11 +36,28 @@ class SimulatedAgent(simulate.Algorithm):
         self._reset.scatter_nd_update(agent_indices[:, None], updates)
 
     def perform(self, agent_indices, observ):
-        del agent_indices  # The simulator steps every environment at once.
+        if agent_indices.shape[0] != self._num_envs:  # A group of environments (simulate.py).
+            return self._perform_group(agent_indices, observ)
         state = tf.nest.map_structure(lambda variable: variable.read_value(), self._state)
         action, extras, new_state = self._agent.act(
             observ, state, self._reset.read_value(), greedy=self._greedy)
         tf.nest.map_structure(lambda variable, value: variable.assign(value), self._state,
                               new_state)
         self._reset.assign(tf.zeros_like(self._reset))
+        return action, extras
+
+    def _perform_group(self, agent_indices, observ):
+        """`perform` for the environments at `agent_indices`: their rows of the policy state
+        (`[K, N, ...]` of one member, the agent's) and of the pending resets."""
+        if self._agent.num_members != 1:
+            raise ValueError('a population acts on all its environments at once, not in groups')
+        state = tf.nest.map_structure(
+            lambda variable: tf.gather(variable, agent_indices, axis=1), self._state)
+        action, extras, new_state = self._agent.act(
+            observ, state, tf.gather(self._reset, agent_indices), greedy=self._greedy)
+        rows = tf.stack([tf.zeros_like(agent_indices), agent_indices], 1)
+        tf.nest.map_structure(lambda variable, value: variable.scatter_nd_update(rows, value[0]),
+                              self._state, new_state)
+        self._reset.scatter_nd_update(agent_indices[:, None],
+                                      tf.zeros_like(agent_indices, tf.bool))
         return action, extras

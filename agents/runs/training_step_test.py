@@ -63,8 +63,13 @@ class TrainingStepTest(absltest.TestCase):
         self.assertEqual(int(agent.buffer.added), 16)
 
     def test_atari_frames_stay_bytes_from_the_environment_to_the_update(self):
+        for env_kwargs in (None, {'batch_size': 1}):  # One batch, and two groups of one.
+            with self.subTest(env_kwargs=env_kwargs):
+                self._check_frames_stay_bytes(env_kwargs)
+
+    def _check_frames_stay_bytes(self, env_kwargs):
         env = in_graph_batch_env.InGraphBatchEnv(
-            environments.make_envpool_env('Pong-v5', 2, seed=0), seed=0)
+            environments.make_envpool_training('Pong-v5', 2, env_kwargs, seed=0), seed=0)
         self.addCleanup(env.close)
         agent = _RecordingPPO(env.observation_space.shape, 6, 2,
                               policy_network=shared_torso.SharedTorsoCategoricalPolicy,

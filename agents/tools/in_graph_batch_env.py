@@ -7,12 +7,15 @@ can replace this class without changes to the code that drives it.
 """
 
 import ctypes
+import functools
 import threading
 
 import gin
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
+
+from agents.tools import pipelined_env
 
 # Spaces whose samples are single arrays of a fixed shape and dtype.
 _ARRAY_SPACES = (
@@ -101,6 +104,7 @@ class InGraphBatchEnv(tf.Module):
                 'InGraphBatchEnv needs a VectorEnv with metadata["autoreset_mode"] = '
                 f'AutoresetMode.DISABLED, because it resets environments itself; got {mode!r}')
         self._env = vector_env
+        self._pipelined = isinstance(vector_env, pipelined_env.PipelinedVectorEnv)
         self._seed = seed
         self._keep_thread_states = keep_thread_states
         self._num_envs = int(vector_env.num_envs)
@@ -154,6 +158,51 @@ class InGraphBatchEnv(tf.Module):
         self.reward.assign(reward)
         self.terminated.assign(terminated)
         self.truncated.assign(truncated)
+        return observ, reward, terminated, truncated
+
+    @property
+    def num_groups(self):
+        """Groups of environments that step apart (`send`, `receive`): those of a
+        PipelinedVectorEnv, else 1."""
+        return self._env.num_groups if self._pipelined else 1
+
+    def group_indices(self, group):
+        """int32 indices of the environments of `group`."""
+        rows = self._env.group_slice(group) if self._pipelined else slice(0, self._num_envs)
+        return tf.range(rows.start, rows.stop)
+
+    def send(self, group, action, after=None):
+        """Starts the step of the environments of `group` (a Python int) with their `action`
+        (see `step`) and returns at once; returns a token for `receive`. `after`: a token of an
+        earlier `send`, which this call then follows (numpy functions that share no variable
+        run in any order)."""
+        rows = self._env.group_slice(group)
+        action = self._cast_action(tf.convert_to_tensor(action), rows.stop - rows.start)
+        inputs = [action, self.done] + ([] if after is None else [after])
+        token = tf.numpy_function(
+            functools.partial(self._send_numpy, group), inputs, tf.int32, stateful=True,
+            name='env_send')
+        token.set_shape([])
+        self.action[rows].assign(action)
+        return token
+
+    def receive(self, group, token):
+        """Waits for the step of `group` that `send` started (`token`: its token, or a later
+        one); returns that group's (observ, reward, terminated, truncated) and updates its rows
+        of the variables."""
+        rows = self._env.group_slice(group)
+        size = rows.stop - rows.start
+        observ, outcome = tf.numpy_function(
+            functools.partial(self._receive_numpy, group), [token, self.done],
+            [self._observ_dtype, tf.float32], stateful=True, name='env_receive')
+        observ.set_shape((size,) + self._observ_shape)
+        outcome.set_shape((size, 3))
+        reward, terminated, truncated = tf.unstack(outcome, axis=1)
+        terminated, truncated = terminated > 0, truncated > 0
+        self.observ[rows].assign(observ)
+        self.reward[rows].assign(reward)
+        self.terminated[rows].assign(terminated)
+        self.truncated[rows].assign(truncated)
         return observ, reward, terminated, truncated
 
     def reset(self, indices=None):
@@ -212,6 +261,11 @@ class InGraphBatchEnv(tf.Module):
                 f'{vector_env.single_observation_space}, actions '
                 f'{vector_env.single_action_space}) does not match the old one '
                 f'({self._num_envs} envs, {self.observation_space}, {self.action_space})')
+        groups = (vector_env.num_groups
+                  if isinstance(vector_env, pipelined_env.PipelinedVectorEnv) else 1)
+        if groups != self.num_groups:
+            raise ValueError(f'the new VectorEnv steps in {groups} groups, the old one in '
+                             f'{self.num_groups}')
         old, self._env, self._seed = self._env, vector_env, seed
         self.request_reset()
         return old
@@ -231,7 +285,7 @@ class InGraphBatchEnv(tf.Module):
         self.terminated.assign(tf.zeros_like(self.terminated))
         self.truncated.assign(tf.ones_like(self.truncated))
 
-    def _cast_action(self, action):
+    def _cast_action(self, action, num_envs=None):
         """Casts `action` to the action space's dtype unless that would change its meaning."""
         wanted = tf.as_dtype(self._action_dtype)
         if action.dtype != wanted:
@@ -243,7 +297,7 @@ class InGraphBatchEnv(tf.Module):
                     f'action dtype {action.dtype.name} does not fit the action space dtype '
                     f'{wanted.name}')
             action = tf.cast(action, wanted)
-        expected = tf.TensorShape((self._num_envs,) + self._action_shape)
+        expected = tf.TensorShape((num_envs or self._num_envs,) + self._action_shape)
         if not action.shape.is_compatible_with(expected):
             raise ValueError(f'action shape {action.shape} does not match {expected}')
         return action
@@ -268,6 +322,30 @@ class InGraphBatchEnv(tf.Module):
         outcome[:, 2] = truncated
         return self._check_observ(observ, 'step'), outcome
 
+    def _send_numpy(self, group, action, done, *unused_after):
+        if self._keep_thread_states:
+            _keep_python_thread_state()
+        rows = self._env.group_slice(group)
+        if done[rows].any():
+            raise RuntimeError(
+                f'step() of environments {(np.flatnonzero(done[rows]) + rows.start).tolist()} '
+                'whose episode ended (or never started): reset them first')
+        if self._action_dtype.kind == 'f' and not np.isfinite(action).all():
+            raise ValueError(f'action contains NaN or infinity: {action}')
+        self._env.step_group_async(group, action)
+        return np.int32(group)
+
+    def _receive_numpy(self, group, token, done):
+        del token, done  # Only order the call.
+        if self._keep_thread_states:
+            _keep_python_thread_state()
+        observ, reward, terminated, truncated = self._env.step_group_wait(group)
+        outcome = np.empty((len(reward), 3), np.float32)
+        outcome[:, 0] = reward
+        outcome[:, 1] = terminated
+        outcome[:, 2] = truncated
+        return self._check_observ(observ, 'step', len(reward)), outcome
+
     def _reset_numpy(self, indices, done):
         del done  # Only orders the call.
         if self._keep_thread_states:
@@ -286,9 +364,9 @@ class InGraphBatchEnv(tf.Module):
             observ, _ = self._env.reset(seed=seed, options={'reset_mask': mask})
         return self._check_observ(observ, 'reset')
 
-    def _check_observ(self, observ, method):
+    def _check_observ(self, observ, method, num_envs=None):
         observ = np.asarray(observ)
-        expected = (self._num_envs,) + self._observ_shape
+        expected = (num_envs or self._num_envs,) + self._observ_shape
         if observ.shape != expected:
             raise ValueError(
                 f'VectorEnv.{method} returned observations of shape {observ.shape}, expected '

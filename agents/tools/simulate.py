@@ -7,8 +7,11 @@ Python runs once per rollout, not once per step, and returns the transitions sta
 its loop holds as few ops as it can, since every op there costs more next to the environments'
 Python than alone.
 The environment only needs the interface of `InGraphBatchEnv` (`observ`, `terminated`,
-`truncated` variables, `step(action)`, `reset(indices)`, `len`), so a native TF environment can
-replace it.
+`truncated` variables, `step(action)`, `reset(indices)`, `len`, `num_groups`), so a native TF
+environment can replace it. An environment of several groups (`num_groups` > 1: a
+PipelinedVectorEnv behind an InGraphBatchEnv) also has `group_indices`, `send` and `receive`,
+and its rollouts step one group while the algorithm acts for the next, with the same
+transitions as one batch's.
 """
 
 import collections
@@ -124,19 +127,28 @@ class Simulator(tf.Module):
         new value compiles the rollout again.
         """
         num_steps = _positive_int(num_steps, 'num_steps')
-        if self._calls_experience:
+        if self._env.num_groups > 1:
+            if self._calls_experience:
+                raise ValueError(f'{type(self._algorithm).__name__} takes each step\'s '
+                                 'transition (experience), which an environment of groups '
+                                 'completes group by group; step it as one batch.')
+            first = self._episode_starts(reset)
+            steps = self._pipelined_steps(num_steps, first)
+        elif self._calls_experience:
             # The algorithm sees each step's complete transition, episode statistics included.
             return _stack_over_time(self._simulate_step, num_steps, reset)
-        # Otherwise the loop keeps to the environment step and the rest is derived afterwards,
-        # vectorised over the rollout: next to the environments' Python, each op in the loop
-        # costs more than it costs alone (measured; benchmarks/README.md).
-        first = self._episode_starts(reset)
-        # The first step runs before the loop and the others in it: one trace serves both
-        # (tracing the step is most of the time to build the rollout).
-        act_and_step = tf.function(self._act_and_step, autograph=False).get_concrete_function(
-            tf.TensorSpec(first.shape, tf.bool))
-        steps = _stack_over_time(
-            lambda reset: act_and_step(self._episode_starts(reset)), num_steps, reset)
+        else:
+            # Otherwise the loop keeps to the environment step and the rest is derived
+            # afterwards, vectorised over the rollout: next to the environments' Python, each op
+            # in the loop costs more than it costs alone (measured; benchmarks/README.md).
+            first = self._episode_starts(reset)
+            # The first step runs before the loop and the others in it: one trace serves both
+            # (tracing the step is most of the time to build the rollout).
+            act_and_step = tf.function(
+                self._act_and_step, autograph=False).get_concrete_function(
+                    tf.TensorSpec(first.shape, tf.bool))
+            steps = _stack_over_time(
+                lambda reset: act_and_step(self._episode_starts(reset)), num_steps, reset)
         done = tf.logical_or(steps.terminated, steps.truncated)
         first = tf.concat([first[None], done[:-1]], 0)
         score, length = _episode_statistics(first, steps.reward, self.score, self.length)
@@ -168,6 +180,74 @@ class Simulator(tf.Module):
         return _EnvStep(
             observ=observ, action=action, reward=reward, terminated=terminated,
             truncated=truncated, next_observ=next_observ, extras=extras)
+
+    def _pipelined_steps(self, num_steps, first):
+        """The steps of a rollout of an environment in groups (`num_groups` > 1): each group's
+        environments step while the algorithm acts for the next group's.
+
+        Round t starts with the actions of every group sent; it receives group g's outcome,
+        resets its ended environments, acts for it and sends its next actions, then does the
+        same for group g + 1, which stepped meanwhile. The last round only receives, so every
+        environment steps `num_steps` times, as in one batch, and the steps are [T, N] in the
+        order of the environments. Returns them as an `_EnvStep` stacked over time."""
+        env, algorithm = self._env, self._algorithm
+        groups = [env.group_indices(group) for group in range(env.num_groups)]
+        tf.cond(tf.reduce_any(first), lambda: self._begin_episodes(first), lambda: None)
+
+        def act_and_send(group, token):
+            observ = tf.gather(env.observ, groups[group])
+            action, extras = algorithm.perform(groups[group], observ)
+            return (observ, action, extras), env.send(group, action, after=token)
+
+        def round_(acted, token, act_again):
+            """Receives every group's step (and sends its next actions if `act_again`)."""
+            steps, next_acted = [], []
+            for group, indices in enumerate(groups):
+                next_observ, reward, terminated, truncated = env.receive(group, token)
+                observ, action, extras = acted[group]
+                steps.append(_EnvStep(observ=observ, action=action, reward=reward,
+                                      terminated=terminated, truncated=truncated,
+                                      next_observ=next_observ, extras=extras))
+                done = tf.logical_or(terminated, truncated)
+                ended = tf.boolean_mask(indices, done)
+                if self._calls_end_episode:
+                    tf.cond(tf.reduce_any(done), lambda ended=ended: algorithm.end_episode(ended),
+                            lambda: None)
+                if act_again:
+                    tf.cond(tf.reduce_any(done), lambda ended=ended: self._begin_at(ended),
+                            lambda: None)
+                    group_acted, token = act_and_send(group, token)
+                    next_acted.append(group_acted)
+            step = tf.nest.map_structure(lambda *parts: tf.concat(parts, 0), *steps)
+            return step, next_acted, token
+
+        acted, token = [], None
+        for group in range(len(groups)):
+            group_acted, token = act_and_send(group, token)
+            acted.append(group_acted)
+        if num_steps == 1:
+            step, _, _ = round_(acted, token, act_again=False)
+            return tf.nest.map_structure(lambda x: x[None], step)
+        step, acted, token = round_(acted, token, act_again=True)
+        arrays = tf.nest.map_structure(
+            lambda x: tf.TensorArray(x.dtype, size=num_steps, element_shape=x.shape).write(0, x),
+            step)
+
+        def body(index, arrays, acted, token):
+            step, acted, token = round_(acted, token, act_again=True)
+            arrays = tf.nest.map_structure(lambda a, x: a.write(index, x), arrays, step)
+            return index + 1, arrays, acted, token
+
+        index, arrays, acted, token = tf.while_loop(
+            lambda index, *unused: index < num_steps - 1, body,
+            (tf.constant(1), arrays, acted, token), parallel_iterations=1)
+        step, _, _ = round_(acted, token, act_again=False)
+        arrays = tf.nest.map_structure(lambda a, x: a.write(index, x), arrays, step)
+        return tf.nest.map_structure(lambda array: array.stack(), arrays)
+
+    def _begin_at(self, indices):
+        self._env.reset(indices)
+        self._algorithm.begin_episode(indices)
 
     def _simulate_step(self, reset):
         """One step with its episode statistics, which `Algorithm.experience` receives."""

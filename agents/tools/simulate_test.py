@@ -6,7 +6,14 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.tools import in_graph_batch_env, mock_vector_env, simulate, simulate_testing
+from agents.tools import (
+    batch_env,
+    in_graph_batch_env,
+    mock_vector_env,
+    pipelined_env,
+    simulate,
+    simulate_testing,
+)
 
 _ACTION = 0.5
 
@@ -87,6 +94,8 @@ def _expected_rollout(durations, terminates, num_steps, action=_ACTION):
 
 class _NativeTFEnv(tf.Module):
     """The InGraphBatchEnv interface in pure TF ops: episodes of env i last i + 1 steps."""
+
+    num_groups = 1
 
     def __init__(self, num_envs):
         super().__init__()
@@ -292,6 +301,61 @@ class SimulatorTest(parameterized.TestCase):
         np.testing.assert_array_equal(rollout.truncated[:, 0], [0, 0, 0, 1, 0, 0])
         np.testing.assert_allclose(
             rollout.episode_return[3], np.sum(rewards[:4], axis=0), rtol=1e-5)
+
+
+class _ObservationAlgorithm(simulate.Algorithm):
+    """Pendulum torques that depend on the observation alone, and a count of begun episodes."""
+
+    def __init__(self, num_envs):
+        self.begins = tf.Variable(tf.zeros(num_envs, tf.int32))
+
+    def begin_episode(self, agent_indices):
+        self.begins.scatter_add(tf.IndexedSlices(tf.ones_like(agent_indices), agent_indices))
+
+    def perform(self, agent_indices, observ):
+        return 2.0 * tf.tanh(observ[:, 2:]), {'observ_sum': tf.reduce_sum(observ, 1)}
+
+
+def _pendulums(num_envs):
+    """`num_envs` Gymnasium Pendulums of 7-step episodes, in-process, autoreset disabled."""
+    return batch_env.BatchEnv(
+        [lambda: gym.make('Pendulum-v1', max_episode_steps=7)] * num_envs, mode='in_process',
+        autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+
+
+class PipelinedRolloutTest(parameterized.TestCase):
+
+    @parameterized.parameters(1, 2, 10)
+    def test_groups_give_the_rollout_of_one_batch(self, num_steps):
+        rollouts = {}
+        for name, vector_env in (
+                ('batch', _pendulums(4)),
+                ('groups', pipelined_env.PipelinedVectorEnv([_pendulums(2), _pendulums(2)]))):
+            env = in_graph_batch_env.InGraphBatchEnv(vector_env, seed=5)
+            self.addCleanup(env.close)
+            self.assertEqual(env.num_groups, 1 if name == 'batch' else 2)
+            algorithm = _ObservationAlgorithm(4)
+            simulator = simulate.Simulator(env, algorithm)
+            # Two rollouts: the second goes on with the episodes in flight.
+            rollouts[name] = [simulator.rollout(num_steps), simulator.rollout(num_steps),
+                              algorithm.begins.numpy()]
+        for (first, second) in zip(rollouts['batch'][:2], rollouts['groups'][:2], strict=True):
+            for field in simulate.Transition._fields:
+                tf.nest.map_structure(
+                    lambda a, b, field=field: np.testing.assert_array_equal(a, b, err_msg=field),
+                    getattr(first, field), getattr(second, field))
+        np.testing.assert_array_equal(rollouts['batch'][2], rollouts['groups'][2])
+        if num_steps == 10:  # Episodes of 7 steps ended and began again inside the rollouts.
+            self.assertTrue(rollouts['groups'][0].truncated.numpy().any())
+            np.testing.assert_array_equal(rollouts['groups'][2], [3, 3, 3, 3])
+
+    def test_algorithms_that_experience_each_step_are_refused(self):
+        env = in_graph_batch_env.InGraphBatchEnv(
+            pipelined_env.PipelinedVectorEnv([_pendulums(1), _pendulums(1)]), seed=0)
+        self.addCleanup(env.close)
+        simulator = simulate.Simulator(env, _ExperiencingAlgorithm(2))
+        with self.assertRaisesRegex(ValueError, 'step it as one batch'):
+            simulator.rollout(2)
 
 
 class EpisodeStatisticsTest(parameterized.TestCase):
