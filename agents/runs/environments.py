@@ -34,6 +34,8 @@ from agents.tools import (
 from agents.tools import wrappers as wrappers_lib
 
 BACKENDS = ('gymnasium', 'native', 'envpool')
+# The names of a training episode's return and length in the trainer's summaries.
+DEFAULT_TRAINING_EPISODES = ('episode_return', 'episode_length')
 MODES = ('external', 'in_process', 'hybrid')
 # Bounded observations and actions rescaled to [-1, 1], the policy's actions clipped to the
 # action space.
@@ -66,6 +68,9 @@ class Environments:
                  native_dtype='float64', check_inputs=True):
         self._stack = contextlib.ExitStack()
         self.make_training = None
+        # What the summaries call a training episode's return and length: an Atari game's
+        # lives and clipped rewards are not its whole, unclipped score (evaluations play that).
+        self.training_episodes = DEFAULT_TRAINING_EPISODES
         with self._stack:
             if backend == 'native':
                 self.training, self.evaluation = _native_envs(
@@ -80,6 +85,8 @@ class Environments:
                     _configured(functools.partial(self.make_training, seed=seed), env_id),
                     seed=seed)
                 self._stack.callback(self.training.close)
+                if not plays_in_gymnasium(env_id) and envpool_atari.is_atari_task(env_id):
+                    self.training_episodes = envpool_atari.training_episodes(env_kwargs)
                 eval_seed = seed + EVAL_SEED_OFFSET
                 self.evaluation = in_graph_batch_env.InGraphBatchEnv(
                     _configured(functools.partial(

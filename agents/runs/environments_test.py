@@ -163,6 +163,7 @@ class EnvironmentsTest(absltest.TestCase):
             with self.subTest(env_id=env_id), environments.Environments(
                     env_id, 'envpool', num_envs=2, eval_episodes=3, seed=0,
                     env_kwargs=ENVPOOL_KWARGS, wrappers=()) as envs:
+                self.assertEqual(envs.training_episodes, ('life_return_clipped', 'life_length'))
                 for env, num_envs in ((envs.training, 2), (envs.evaluation, 3)):
                     self.assertEqual(env.observation_space,
                                      gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))

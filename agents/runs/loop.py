@@ -87,6 +87,7 @@ class TrainingRun:
         self.settings = settings
         self.agent = agent
         self._train_env = envs.training
+        self._training_episodes = envs.training_episodes
         length = settings.iteration_length(agent.cadence)
         # A member's steps: each member counts its own, as a lone run of its seed would.
         self._steps_per_iteration = settings.num_envs * length
@@ -226,7 +227,8 @@ class TrainingRun:
                 latest = self._evaluate_and_save(steps)
             if last or clock.progress_due(self.settings.log_every_secs):
                 progress.log_progress(steps, self.settings.total_steps, clock.steps_per_sec,
-                                      episodes, latest, self.agent.num_members, self._status())
+                                      episodes, latest, self.agent.num_members, self._status(),
+                                      train_return=self._training_episodes[0])
                 self._heartbeat.beat()
                 episodes[:] = [0, 0.0]
             self._heartbeat.phase('training')
@@ -294,7 +296,7 @@ class TrainingRun:
         """Each run's TensorBoard scalars of the iterations of a call (the last ending at
         `steps`), written by one compiled call per run."""
         names, values = progress.iteration_scalars(
-            iterations, self.agent.num_members, steps_per_sec)
+            iterations, self.agent.num_members, steps_per_sec, self._training_episodes)
         ends = steps - self._steps_per_iteration * np.arange(len(iterations))[::-1]
         self.store.write_scalars(ends, names, values)
 

@@ -25,14 +25,17 @@ def format_seconds(seconds):
     return f'{hours}:{minutes:02d}:{seconds:02d}'
 
 
-def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_members, status=None):
+def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_members, status=None,
+                 train_return='episode_return'):
     """Logs a progress line; `episodes`: (count, summed return) of the training episodes that
     ended since the last one; `latest`: the last evaluation record (of the first member);
-    `status`: a phrase to add (e.g. that the bucket is out of reach), or None."""
+    `status`: a phrase to add (e.g. that the bucket is out of reach), or None; `train_return`:
+    the summaries' name of a training episode's return (an Atari game's life's, clipped, is
+    told as such)."""
     remaining = max(total_steps - steps, 0)
     eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
     count, return_sum = episodes
-    train_return = f'{return_sum / count:.1f}' if count else 'n/a'
+    train_value = f'{return_sum / count:.1f}' if count else 'n/a'
     eval_return = format_return(latest['mean_return']) if latest else 'n/a'
     speed = f'{steps_per_sec:.0f} env steps/s'
     if num_members > 1:
@@ -40,9 +43,11 @@ def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_member
         # members' (train).
         speed = (f'{num_members} members x {steps_per_sec:.0f} = '
                  f'{num_members * steps_per_sec:.0f} env steps/s')
-    logging.info('step %d/%d | %s | ETA %s | train return %s | eval return %s%s',
-                 steps, total_steps, speed, format_seconds(eta), train_return, eval_return,
-                 f' | {status}' if status else '')
+    label = 'train return' if train_return == 'episode_return' else (
+        'train ' + train_return.replace('_', ' '))
+    logging.info('step %d/%d | %s | ETA %s | %s %s | eval return %s%s',
+                 steps, total_steps, speed, format_seconds(eta), label, train_value,
+                 eval_return, f' | {status}' if status else '')
 
 
 def log_end(steps, total_steps, start_steps, stop_at_step, latest):
@@ -78,12 +83,14 @@ def heartbeat_line(step, total_steps, phase, seconds, vector_env, status=None):
     return line + (f' | {status}' if status else '')
 
 
-def iteration_scalars(iterations, num_members, steps_per_sec):
+def iteration_scalars(iterations, num_members, steps_per_sec,
+                      episodes=('episode_return', 'episode_length')):
     """The names and values [iterations, members, names] of the TensorBoard scalars of the
     iterations of a call; NaN: not written (an undone update's metrics, the returns of an
-    iteration where no episode ended)."""
+    iteration where no episode ended). `episodes`: the names of a training episode's return and
+    length (environments.Environments.training_episodes)."""
     names = [f'train/{name}' for name in iterations[0].metrics] + [
-        'train/episode_return', 'train/episode_length', 'train/env_steps_per_sec']
+        f'train/{episodes[0]}', f'train/{episodes[1]}', 'train/env_steps_per_sec']
     values = np.full([len(iterations), num_members, len(names)], np.nan, np.float32)
     for index, iteration in enumerate(iterations):
         kept = ~iteration.dropped

@@ -36,6 +36,10 @@ class ProgressTest(absltest.TestCase):
                          'ETA 0:00:05 | train return -15.0 | eval return -7.0')
         self.assertIn('| 4 members x 100 = 400 env steps/s |', logs.output[1])
         self.assertIn('train return n/a | eval return n/a', logs.output[1])
+        with self.assertLogs(level='INFO') as logs:
+            progress.log_progress(500, 1000, 100.0, (2, -3.0), None, 1,
+                                  train_return='life_return_clipped')
+        self.assertIn('| train life return clipped -1.5 | eval return n/a', logs.output[0])
 
     def test_iteration_scalars_leave_out_dropped_metrics_and_returns_of_no_episode(self):
         names, values = progress.iteration_scalars(
@@ -44,6 +48,10 @@ class ProgressTest(absltest.TestCase):
                                  'train/env_steps_per_sec'])
         np.testing.assert_array_equal(values[0], [[1.0, -5.0, 200.0, 50.0],
                                                   [np.nan, np.nan, np.nan, 50.0]])
+        names, _ = progress.iteration_scalars(
+            [_iteration([2, 0], [-10.0, 0.0], [1.0, 2.0], dropped=[False, False])], 2, 50.0,
+            ('life_return_clipped', 'life_length'))
+        self.assertEqual(names[1:3], ['train/life_return_clipped', 'train/life_length'])
 
     def test_scalar_writer_writes_all_but_nans_in_one_call(self):
         logdir = self.create_tempdir().full_path

@@ -39,6 +39,17 @@ def training_kwargs(env_kwargs=None):
     return {**TRAINING_DEFAULTS, **dict(env_kwargs or {})}
 
 
+def training_episodes(env_kwargs=None):
+    """The names of a training episode's return and length in the trainer's summaries, as
+    `training_kwargs(env_kwargs)` makes them: ('life_return_clipped', 'life_length') with
+    episodic life and clipped rewards (the defaults), and so on; evaluations play whole games
+    with unclipped rewards, whose return is the game's score."""
+    kwargs = training_kwargs(env_kwargs)
+    episode = 'life' if kwargs['episodic_life'] else 'episode'
+    clipped = '_clipped' if kwargs['reward_clip'] else ''
+    return f'{episode}_return{clipped}', f'{episode}_length'
+
+
 def evaluation_kwargs(env_kwargs=None):
     """The `envpool.make` arguments of an Atari game's evaluation (the run's evaluation pool,
     `evaluate` and `visualize`): the run's `env_kwargs` with EVALUATION_OVERRIDES, so that an

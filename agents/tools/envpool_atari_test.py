@@ -44,6 +44,14 @@ class AtariEnvTest(absltest.TestCase):
         self.addCleanup(env.close)
         return env
 
+    def test_training_episodes_are_named_by_what_they_are(self):
+        self.assertEqual(envpool_atari.training_episodes(),
+                         ('life_return_clipped', 'life_length'))
+        self.assertEqual(envpool_atari.training_episodes({'reward_clip': False}),
+                         ('life_return', 'life_length'))
+        self.assertEqual(envpool_atari.training_episodes(
+            {'episodic_life': False, 'reward_clip': False}), ('episode_return', 'episode_length'))
+
     def test_a_seeded_episode_is_a_whole_game_with_its_score(self):
         env = self._make()
         self.assertEqual(env.observation_space, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
