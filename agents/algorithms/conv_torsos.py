@@ -28,12 +28,13 @@ def _check_frame_shape(frame_shape):
     return shape
 
 
-class Conv2D(networks.Linear):
-    """Convolution of K members: a `networks.Linear` over `size` x `size` patches.
+class Conv2D(tf.Module):
+    """Convolution of K members: an affine layer over `size` x `size` patches.
 
     The kernel is `[K, size * size * in_channels, out_channels]`, each member's `tf.nn.conv2d`
     filter `[size, size, in_channels, out_channels]` flattened, so that it is initialized as
-    networks.py's layers are: orthogonal columns over the fan-in times `gain` (PyTorch's
+    networks.py's layers are (`networks.initial_weights`): orthogonal columns over the fan-in
+    times `gain` (PyTorch's
     `orthogonal_` on a conv weight, CleanRL's `layer_init`) and zero biases, or with
     `initializer='torch_default'` PyTorch's `nn.Conv2d` default (uniform in +-1/sqrt(fan_in)).
 
@@ -47,8 +48,11 @@ class Conv2D(networks.Linear):
 
     def __init__(self, in_channels, out_channels, size, stride=1, padding='VALID',
                  gain=networks.HIDDEN_GAIN, seed=0, initializer='orthogonal', name=None):
-        super().__init__(size * size * in_channels, out_channels, gain, seed, initializer,
-                         name=name)
+        super().__init__(name=name)
+        kernel, bias = networks.initial_weights(size * size * in_channels, out_channels, gain,
+                                                seed, initializer)
+        self.kernel = tf.Variable(kernel, name='kernel')
+        self.bias = tf.Variable(bias, name='bias')
         self.filter_shape = (size, size, in_channels, out_channels)
         self.stride = stride
         self.padding = padding

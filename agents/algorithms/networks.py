@@ -96,26 +96,32 @@ def _torch_default(shape, seeds, offset):
                      for seed in seeds])
 
 
+def initial_weights(input_size, output_size, gain=1.0, seed=0, initializer='orthogonal'):
+    """(kernel `[K, input_size, output_size]`, bias `[K, 1, output_size]`) of K members, as an
+    affine layer starts: orthogonal with `gain` and zero biases, or (`initializer=
+    'torch_default'`, `gain` unused) as PyTorch's `nn.Linear`. Also of a convolution, whose
+    kernel is its filter flattened over the fan-in (conv_torsos.py)."""
+    check_sizes(input_size=input_size, output_size=output_size)
+    if initializer not in INITIALIZERS:
+        raise ValueError(f'initializer must be one of {", ".join(map(repr, INITIALIZERS))}, '
+                         f'got {initializer!r}.')
+    seeds = members.seeds_of(seed)
+    if initializer == 'orthogonal':
+        return (_orthogonal((input_size, output_size), gain, seeds),
+                tf.zeros([len(seeds), 1, output_size]))
+    return (_torch_default((input_size, output_size), seeds, 0),
+            tf.reshape(_torch_default((input_size, output_size), seeds, 1)[:, 0],
+                       [len(seeds), 1, output_size]))
+
+
 class Linear(tf.Module):
     """Affine layer of K members: `[K, B, input_size]` -> `[K, B, output_size]`, initialized
-    orthogonally with `gain` and zero biases, or (`initializer='torch_default'`, `gain` unused)
-    as PyTorch's `nn.Linear`."""
+    as `initial_weights` says."""
 
     def __init__(self, input_size, output_size, gain=1.0, seed=0, initializer='orthogonal',
                  name=None):
         super().__init__(name=name)
-        check_sizes(input_size=input_size, output_size=output_size)
-        if initializer not in INITIALIZERS:
-            raise ValueError(f'initializer must be one of {", ".join(map(repr, INITIALIZERS))}, '
-                             f'got {initializer!r}.')
-        seeds = members.seeds_of(seed)
-        if initializer == 'orthogonal':
-            kernel = _orthogonal((input_size, output_size), gain, seeds)
-            bias = tf.zeros([len(seeds), 1, output_size])
-        else:
-            kernel = _torch_default((input_size, output_size), seeds, 0)
-            bias = tf.reshape(_torch_default((input_size, output_size), seeds, 1)[:, 0],
-                              [len(seeds), 1, output_size])
+        kernel, bias = initial_weights(input_size, output_size, gain, seed, initializer)
         self.kernel = tf.Variable(kernel, name='kernel')
         self.bias = tf.Variable(bias, name='bias')
 
