@@ -315,6 +315,36 @@ class MembersTest(parameterized.TestCase):
                 np.testing.assert_array_equal(others, np.zeros_like(others), variable.name)
 
 
+class MixedPrecisionTest(parameterized.TestCase):
+
+    @parameterized.parameters(('nature', 1), ('impala', 1), ('nature', 2))
+    def test_bfloat16_computes_the_float32_torso_with_float32_weights(self, name, num_members):
+        seeds = list(range(num_members))
+        exact = _TORSOS[name](seed=seeds)
+        mixed = _TORSOS[name](seed=seeds, compute_dtype='bfloat16')
+        frames = _frames((num_members, 8, 4, 84, 84))
+        with tf.GradientTape(persistent=True) as tape:
+            outputs = {'exact': exact(frames), 'mixed': mixed(frames)}
+            losses = {key: tf.reduce_sum(tf.square(value)) for key, value in outputs.items()}
+        # The weights stay float32 (what the optimizer steps); the features come out float32.
+        self.assertEqual({variable.dtype for variable in mixed.variables}, {tf.float32})
+        self.assertEqual(outputs['mixed'].dtype, tf.float32)
+        # Equal up to bfloat16's rounding (8 bits of mantissa) through four layers.
+        expected = outputs['exact'].numpy()
+        np.testing.assert_allclose(outputs['mixed'].numpy(), expected,
+                                   atol=0.05 * np.abs(expected).max())
+        for want, got in zip(tape.gradient(losses['exact'], exact.trainable_variables),
+                             tape.gradient(losses['mixed'], mixed.trainable_variables),
+                             strict=True):
+            self.assertEqual(got.dtype, tf.float32)
+            cosine = np.sum(want * got) / (np.linalg.norm(want) * np.linalg.norm(got))
+            self.assertGreater(cosine, 0.999)  # Bias gradients summed in float32.
+
+    def test_unknown_compute_dtype_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "compute_dtype must be one of .*'float16'"):
+            conv_torsos.NatureCNN(compute_dtype='float16')
+
+
 class GinTest(absltest.TestCase):
 
     def tearDown(self):

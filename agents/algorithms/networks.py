@@ -59,14 +59,19 @@ def check_sizes(**sizes):
 
 def _matmul(inputs, kernel):
     """`inputs` [K, B, in] times `kernel` [K, in, out], member by member; one member's inputs
-    may come without the member axis, [B, in] -> [B, out].
+    may come without the member axis, [B, in] -> [B, out]. bfloat16 inputs multiply the kernel
+    cast to bfloat16 (conv_torsos.py's mixed precision); others are taken as the kernel's dtype.
 
     One member's is a plain matmul, and the networks keep one member's activations without the
     axis (`_Network._flatten_observ`): on CPUs TensorFlow's batched matmul and its gradient take
     about twice as long at these sizes, and in graph mode every op of slicing costs
     (benchmarks/README.md, "The member axis").
     """
-    inputs = tf.convert_to_tensor(inputs, kernel.dtype)
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.dtype == tf.bfloat16:  # Mixed precision: float32 weights, bfloat16 arithmetic.
+        kernel = tf.cast(kernel, tf.bfloat16)
+    else:
+        inputs = tf.convert_to_tensor(inputs, kernel.dtype)
     if inputs.shape.rank == 2:
         if kernel.shape[0] != 1:
             raise ValueError(f'inputs of shape {inputs.shape} without the member axis, but '
@@ -79,7 +84,26 @@ def _matmul(inputs, kernel):
 
 def _add_bias(values, bias):
     """`values` of `_matmul` plus `bias` [K, 1, out] (without its axes for [B, out] values)."""
-    return values + (tf.reshape(bias, bias.shape[2:]) if values.shape.rank == 2 else bias)
+    return add_bias(values, tf.reshape(bias, bias.shape[2:]) if values.shape.rank == 2 else bias)
+
+
+def add_bias(values, bias):
+    """`values + bias`, broadcast, in the values' dtype. For bfloat16 values (mixed precision)
+    the float32 bias's gradient is summed in float32: summed in bfloat16 over a batch's rows and
+    pixels it keeps few of its bits (measured: cosine 0.97 with the float32 gradient for the
+    Nature CNN's first layer at 8 frames)."""
+    if values.dtype != tf.bfloat16:
+        return values + tf.cast(bias, values.dtype)
+
+    @tf.custom_gradient
+    def add(values, bias):
+        def gradient(upstream):
+            _, axes = tf.raw_ops.BroadcastGradientArgs(s0=tf.shape(values), s1=tf.shape(bias))
+            summed = tf.reduce_sum(tf.cast(upstream, tf.float32), axes)
+            return upstream, tf.reshape(summed, tf.shape(bias))
+        return values + tf.cast(bias, tf.bfloat16), gradient
+
+    return add(values, bias)
 
 
 def _orthogonal(shape, gain, seeds, offset=0):
