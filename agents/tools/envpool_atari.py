@@ -53,8 +53,10 @@ def training_episodes(env_kwargs=None):
 def evaluation_kwargs(env_kwargs=None):
     """The `envpool.make` arguments of an Atari game's evaluation (the run's evaluation pool,
     `evaluate` and `visualize`): the run's `env_kwargs` with EVALUATION_OVERRIDES, so that an
-    episode is a whole game and its return the game's score."""
-    return {**dict(env_kwargs or {}), **EVALUATION_OVERRIDES}
+    episode is a whole game and its return the game's score, and without training's
+    `batch_size` (its environments stepped in groups; an evaluation steps as one batch)."""
+    kwargs = {key: value for key, value in dict(env_kwargs or {}).items() if key != 'batch_size'}
+    return {**kwargs, **EVALUATION_OVERRIDES}
 
 
 def make_env(env_id, env_kwargs=None, wrappers=()):

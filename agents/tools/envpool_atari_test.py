@@ -34,6 +34,9 @@ class SettingsTest(absltest.TestCase):
             {'episodic_life': False, 'reward_clip': False, 'num_threads': 2})
         self.assertEqual(envpool_atari.evaluation_kwargs(None),
                          {'episodic_life': False, 'reward_clip': False})
+        # Training's groups (EnvPool's async mode) are not evaluation's: one batch.
+        self.assertEqual(envpool_atari.evaluation_kwargs({'batch_size': 4}),
+                         {'episodic_life': False, 'reward_clip': False})
 
 
 class AtariEnvTest(absltest.TestCase):
