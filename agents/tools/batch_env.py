@@ -100,6 +100,23 @@ def _env_factory(env_fn, index):
     return env_fn
 
 
+def env_seeds(seed, num_envs, unseeded=True):
+    """One seed per env of an int (env i gets `seed` + i) or a list of `num_envs` ints (or None,
+    an env left unseeded, where `unseeded`), as BatchEnv and EnvPoolBatchEnv take them."""
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        return [int(seed) + index for index in range(num_envs)]
+    if isinstance(seed, (str, bytes)) or not hasattr(seed, '__len__'):
+        raise TypeError(f'seed must be None, an int or a list of ints, got {seed!r}')
+    if len(seed) != num_envs:
+        raise ValueError(f'a list of seeds needs one per env ({num_envs}), got {len(seed)}')
+    for value in seed:
+        if not ((value is None and unseeded) or (isinstance(value, numbers.Integral)
+                                                 and not isinstance(value, bool))):
+            kinds = 'ints or None' if unseeded else 'ints'
+            raise TypeError(f'seeds must be {kinds}, got {value!r} in {seed!r}')
+    return [None if value is None else int(value) for value in seed]
+
+
 def check_reset_mask(mask, num_envs):
     """`options['reset_mask']` of a reset, checked as Gymnasium's vector envs check it."""
     if not isinstance(mask, np.ndarray):
@@ -398,19 +415,7 @@ class BatchEnv(gym.vector.VectorEnv):
         return external_worker.merge_worker_infos(worker_infos, self.num_envs)
 
     def _seeds(self, seed):
-        if seed is None:
-            return None
-        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-            return [int(seed) + index for index in range(self.num_envs)]
-        if isinstance(seed, (str, bytes)) or not hasattr(seed, '__len__'):
-            raise TypeError(f'seed must be None, an int or a list of ints, got {seed!r}')
-        if len(seed) != self.num_envs:
-            raise ValueError(
-                f'a list of seeds needs one per env ({self.num_envs}), got {len(seed)}')
-        for value in seed:
-            if value is not None and not isinstance(value, numbers.Integral):
-                raise TypeError(f'seeds must be ints or None, got {value!r} in {seed!r}')
-        return [None if value is None else int(value) for value in seed]
+        return None if seed is None else env_seeds(seed, self.num_envs)
 
     def _split_reset_mask(self, options):
         """(options without 'reset_mask', the mask or None), checking the mask like gymnasium."""

@@ -242,19 +242,8 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
 
     def _seeds(self, seed):
         """One EnvPool seed per env from an int or a list, as BatchEnv takes them."""
-        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-            seeds = [int(seed) + index for index in range(self.num_envs)]
-        elif isinstance(seed, (str, bytes)) or not hasattr(seed, '__len__'):
-            raise TypeError(f'seed must be None, an int or a list of ints, got {seed!r}')
-        elif len(seed) != self.num_envs:
-            raise ValueError(
-                f'a list of seeds needs one per env ({self.num_envs}), got {len(seed)}')
-        elif not all(isinstance(value, numbers.Integral) and not isinstance(value, bool)
-                     for value in seed):
-            # Unlike a Gymnasium env, an EnvPool env cannot be left unseeded: no None.
-            raise TypeError(f'seeds must be ints, got {seed!r}')
-        else:
-            seeds = [int(value) for value in seed]
+        # Unlike a Gymnasium env, an EnvPool env cannot be left unseeded: no None.
+        seeds = batch_env.env_seeds(seed, self.num_envs, unseeded=False)
         if min(seeds) < 0:
             raise ValueError(f'seeds must be non-negative, got {seed!r}')
         return [value % SEED_MODULUS for value in seeds]
