@@ -80,13 +80,111 @@ class RangeNormalizeTest(absltest.TestCase):
     def test_vector_env(self):
         env = gym.vector.SyncVectorEnv([_RecordingEnv, _RecordingEnv])
         env = wrappers.range_normalize(env)
-        self.assertIsInstance(env, vector_wrappers.RescaleAction)
+        self.assertIsInstance(env, wrappers.BatchRescaleAction)
+        self.assertIsInstance(env.env, wrappers.BatchRescaleObservation)
         observ, _ = env.reset(seed=0)
         np.testing.assert_allclose(observ, [[0, 7, 0.5], [0, 7, 0.5]])
         np.testing.assert_allclose(env.single_action_space.low, [-1, -1])
         env.step(np.array([[1, 1], [-1, -1]], np.float32))
         np.testing.assert_allclose(env.unwrapped.envs[0].actions, [[4, 1]])
         np.testing.assert_allclose(env.unwrapped.envs[1].actions, [[0, -1]])
+
+
+_DEFAULT_WRAPPERS = ('range_normalize', 'ClipAction')
+
+
+def _gymnasium_vector_wrappers(env, names=_DEFAULT_WRAPPERS):
+    """`names` applied to a VectorEnv as before: Gymnasium's vector wrappers."""
+    for name in names:
+        if name == 'ClipAction':
+            env = vector_wrappers.ClipAction(env)
+            continue
+        bounds = wrappers._unit_bounds(env.single_observation_space, None, 'observation')
+        if bounds:
+            env = vector_wrappers.RescaleObservation(env, *bounds)
+        bounds = wrappers._unit_bounds(env.single_action_space, None, 'action')
+        if bounds:
+            env = vector_wrappers.RescaleAction(env, *bounds)
+    return env
+
+
+class BatchedVectorWrappersTest(absltest.TestCase):
+    """The batched wrappers give what Gymnasium's vector wrappers give."""
+
+    def assert_same_as_gymnasium(self, make_env, actions, names=_DEFAULT_WRAPPERS):
+        """Steps `make_env()` wrapped in `names`, ours and Gymnasium's, with `actions`; returns
+        both."""
+        ours = wrappers.apply_wrappers(make_env(), names)
+        theirs = _gymnasium_vector_wrappers(make_env(), names)
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        for name in ('observation_space', 'single_observation_space', 'action_space',
+                     'single_action_space'):
+            self.assertEqual(getattr(ours, name), getattr(theirs, name), name)
+        self.assert_same(ours.reset(seed=0), theirs.reset(seed=0))
+        for action in actions:  # Copies: Gymnasium's wrappers may write into the actions.
+            self.assert_same(ours.step(action.copy()), theirs.step(action.copy()))
+        return ours, theirs
+
+    def assert_same(self, value, expected):
+        """Equal (within float rounding) arrays of equal dtypes, nested in tuples, lists, dicts
+        and object arrays."""
+        if isinstance(expected, dict):
+            self.assertEqual(value.keys(), expected.keys())
+            value, expected = [value[key] for key in expected], list(expected.values())
+        if isinstance(expected, (tuple, list)) or (
+                isinstance(expected, np.ndarray) and expected.dtype == object):
+            self.assertLen(value, len(expected))
+            for item, expected_item in zip(value, expected, strict=True):
+                self.assert_same(item, expected_item)
+        else:
+            self.assertEqual(np.asarray(value).dtype, np.asarray(expected).dtype)
+            np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+    def test_pendulum(self):
+        # Bounded observations and actions, rescaled; out-of-range actions, clipped; 5-step
+        # episodes, autoreset.
+        actions = np.random.default_rng(0).uniform(-1.5, 1.5, (12, 3, 1)).astype(np.float32)
+        env, _ = self.assert_same_as_gymnasium(lambda: gym.make_vec(
+            'Pendulum-v1', 3, vectorization_mode='sync', max_episode_steps=5), actions)
+        self.assertIsInstance(env, wrappers.BatchClipAction)
+        self.assertIsInstance(env.env, wrappers.BatchRescaleAction)
+        self.assertIsInstance(env.env.env, wrappers.BatchRescaleObservation)
+        np.testing.assert_allclose(env.single_observation_space.high, [1, 1, 1])
+
+    def test_half_cheetah(self):
+        # Unbounded float64 observations, left alone; actions already in [-1, 1].
+        actions = np.random.default_rng(1).uniform(-1.5, 1.5, (6, 2, 6))
+        env, _ = self.assert_same_as_gymnasium(
+            lambda: gym.make_vec('HalfCheetah-v5', 2, vectorization_mode='sync'), actions)
+        self.assertIsInstance(env.env, wrappers.BatchRescaleAction)
+        self.assertIsInstance(env.env.env, gym.vector.SyncVectorEnv)
+        self.assertEqual(env.observation_space.dtype, np.float64)
+
+    def test_same_step_autoreset_refused_as_by_gymnasium(self):
+        for wrap in (wrappers.range_normalize, _gymnasium_vector_wrappers):
+            env = gym.make_vec('Pendulum-v1', 2, vectorization_mode='sync', vector_kwargs={
+                'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP})
+            self.addCleanup(env.close)
+            with self.assertRaisesRegex(ValueError, 'autoreset_mode to be NEXT_STEP or DISABLED'):
+                wrap(env)
+
+    def test_action_dtypes_and_unbounded_components(self):
+        # The actions the environments receive: in the inner space's dtype, or where a wrapper
+        # leaves the space unchanged (RescaleAction of [-1, 1], ClipAction of an unbounded Box)
+        # in the agent's, as Gymnasium's wrappers pass them.
+        for action_space in (None, gym.spaces.Box(-1, 1, (2,), np.float32), _unbounded_box()):
+            for names in (_DEFAULT_WRAPPERS, ['range_normalize'], ['ClipAction']):
+                for dtype in (np.float32, np.float64):
+                    with self.subTest(action_space=action_space, names=names, dtype=dtype):
+                        def make_env(action_space=action_space):
+                            return gym.vector.SyncVectorEnv(
+                                [lambda: _RecordingEnv(action_space=action_space)] * 2)
+
+                        actions = np.array([[[5, -5], [0.5, 0.25]]] * 2, dtype)
+                        ours, theirs = self.assert_same_as_gymnasium(make_env, actions, names)
+                        self.assert_same([env.actions for env in ours.unwrapped.envs],
+                                         [env.actions for env in theirs.unwrapped.envs])
 
 
 class ApplyWrappersTest(absltest.TestCase):
@@ -122,7 +220,7 @@ class ApplyWrappersTest(absltest.TestCase):
     def test_vector_env_gets_vector_wrappers(self):
         env = gym.vector.SyncVectorEnv([_RecordingEnv, _RecordingEnv])
         env = wrappers.apply_wrappers(env, ['NormalizeObservation', 'ClipAction'])
-        self.assertIsInstance(env, vector_wrappers.ClipAction)
+        self.assertIsInstance(env, wrappers.BatchClipAction)
         self.assertIsInstance(env.env, vector_wrappers.NormalizeObservation)
 
     def test_unknown_name(self):
