@@ -12,7 +12,8 @@ receive is the same on every runner), from its own pool seeded alike:
                     that resets ended environments as the simulator does
                     (`reset(options={'reset_mask': done})`);
   step_wrapped      the same with the default wrappers of a run (`range_normalize`,
-                    `ClipAction`: Gymnasium's vector wrappers), the actions rescaled to [-1, 1];
+                    `ClipAction`: on a VectorEnv, agents/tools/wrappers.py's batched ones),
+                    the actions rescaled to [-1, 1];
   in_graph          the run's path: those environments in an `InGraphBatchEnv` driven by one
                     compiled `simulate.Simulator.rollout` of all the steps, whose policy reads
                     the step's actions from a constant (`replay_actions`; a rollout of the
