@@ -85,7 +85,7 @@ class Environments:
                     _configured(functools.partial(self.make_training, seed=seed), env_id),
                     seed=seed)
                 self._stack.callback(self.training.close)
-                if not plays_in_gymnasium(env_id) and envpool_atari.is_atari_task(env_id):
+                if envpool_atari.is_atari_task(env_id):
                     self.training_episodes = envpool_atari.training_episodes(env_kwargs)
                 eval_seed = seed + EVAL_SEED_OFFSET
                 self.evaluation = in_graph_batch_env.InGraphBatchEnv(
