@@ -23,6 +23,8 @@ Gymnasium 1.x, no gym, tensorboard, wandb or tyro) and reports its speed:
   directory, is gone (`exp_name` defaults to 'ppo_atari_envpool', CleanRL's file name); the
   per-episode prints go only with `--print-episodes` (the benchmark's runs print per iteration
   only);
+- `--stop-at-step N` ends the run after N steps with the learning rate still annealed over
+  `--total-timesteps` (a 2M-step slice of the 10M schedule, as our `--stop_at_step`);
 - `--torch-threads` (default 2, the machine's cores: `torch.set_num_threads`), and timers: the
   time of every iteration's end, and per iteration the seconds of its rollout, of the policy's
   steps in it (`get_action_and_value` and storing its outputs), of `envs.step` in it, and of the
@@ -123,6 +125,8 @@ class Args:
     """where to write the iteration ends as JSON (None: nowhere)"""
     print_episodes: bool = False
     """print each finished game's return, as CleanRL does"""
+    stop_at_step: int = 0
+    """stop after this many steps, the schedule still that of --total-timesteps (0: never)"""
 
 
 def _bool(text):
@@ -297,6 +301,8 @@ def main(argv=None):
     iteration_ends, phases = [], []
 
     for iteration in range(1, args.num_iterations + 1):
+        if args.stop_at_step and global_step >= args.stop_at_step:  # The benchmark's addition.
+            break
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
