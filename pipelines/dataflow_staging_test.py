@@ -8,27 +8,37 @@ scripts. `--extra_package` of a wheel is the alternative: Beam stages the wheel 
 the workers.
 
 Beam's stager builds the package with `python -m build --sdist --no-isolation`, run by the
-launcher's Python (`BEAM_PYTHON`, else its own) from the setup file's directory. The launcher's
-venv is tried as a user makes it: a fresh `python -m venv` (pip and the setuptools ensurepip
-ships) with `build` added, also after a `pip install .` from the same tree (which leaves
-setuptools' build directory there); and as the locked venv (a current setuptools).
+launcher's Python (`BEAM_PYTHON`, else its own) from the setup file's directory: the build uses
+the setuptools of the launcher's venv, and fails without one. The launcher's venv is tried as the
+README has a user make it, on the Python running this test (3.11, 3.12 or 3.13): a fresh
+`python -m venv`, then what `pip install '.[gcp]'` adds for staging, the gcp extra's `build` and
+`setuptools` (pip keeps the setuptools ensurepip put there when it satisfies the extra: Python
+3.11's 65.5; from 3.12 on ensurepip ships none and the extra brings a current one); also after a
+`pip install .` from the same tree (which leaves setuptools' build directory there); and as the
+locked venv (a current setuptools). A venv with `build` but no setuptools (a fresh 3.12 one after
+`pip install build`) cannot stage the package.
 """
 
 import configparser
 import glob
 import importlib.machinery
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from unittest import mock
 
 from absl.testing import absltest
+from apache_beam import version as beam_version
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.dataflow.internal import apiclient
 from apache_beam.runners.portability.stager import Stager
+from apache_beam.transforms.environments import DockerEnvironment
 from packaging.requirements import Requirement
 
 from pipelines.packaging_testing import clean_env, copy_tree, run, staged
@@ -55,16 +65,43 @@ PACKAGE_FILES = ('agents/**/*.py', 'pipelines/**/*.py', 'pipelines/report/templa
 HELPERS = ('agents/scripts/testing_utils.py', 'agents/envs/testing.py',
            'agents/tools/mock_vector_env.py', 'pipelines/process_testing.py',
            'pipelines/report/report_fixtures.py')
-# What a launcher's venv gets beyond pip and setuptools (the README: `pip install '.[gcp]'`,
-# of which staging uses `build`).
-LAUNCHER_TOOLS = ('build',)
+# What staging uses of the launcher's `pip install '.[gcp]'` (the README): the gcp extra but
+# Beam, which this test runs itself.
+NOT_LAUNCHER_TOOLS = ('apache-beam',)
+# The distributions of a launcher venv: pip, and what the gcp extra adds for staging (build with
+# its dependencies, and setuptools).
+LAUNCHER_DISTRIBUTIONS = ('pip', 'setuptools', 'build', 'packaging', 'pyproject-hooks')
+
+
+def canonical(name):
+    return name.lower().replace('_', '-')
+
+
+def launcher_tools(pyproject):
+    """The requirements of pyproject.toml's gcp extra that staging uses (build, setuptools)."""
+    with open(pyproject, 'rb') as f:
+        gcp = tomllib.load(f)['project']['optional-dependencies']['gcp']
+    return [requirement for requirement in map(Requirement, gcp)
+            if canonical(requirement.name) not in NOT_LAUNCHER_TOOLS]
+
+
+def venv_facts(python):
+    """{'version': [major, minor], 'base_prefix': ..., 'distributions': {name: version}} of the
+    venv whose interpreter is `python`."""
+    return json.loads(run(
+        [python, '-c', 'import importlib.metadata as m, json, sys; print(json.dumps({'
+         '"version": sys.version_info[:2], "base_prefix": sys.base_prefix, "distributions": '
+         '{d.metadata["Name"].lower().replace("_", "-"): d.version for d in m.distributions()}}))'],
+        env=clean_env()))
+
+
 def copy_distributions(names, site_packages):
     """Installs the distributions `names` and their dependencies into `site_packages` by
     copying them from this Python's environment (offline; their scripts are left out)."""
     todo, done = list(names), set()
     while todo:
         dist = importlib.metadata.distribution(todo.pop())
-        name = dist.metadata['Name'].lower().replace('_', '-')
+        name = canonical(dist.metadata['Name'])
         if name in done:
             continue
         done.add(name)
@@ -105,6 +142,7 @@ class DataflowStagingTest(absltest.TestCase):
                 os.path.join(cls.src, pattern), recursive=True)}
         cls.test_only = {name for name in cls.expected if is_test_only(name)}
         cls.expected -= cls.test_only
+        cls.launcher_tools = launcher_tools(os.path.join(cls.src, 'pyproject.toml'))
         cls.fresh_python = cls.make_launcher_venv(os.path.join(cls.tmp, 'launcher-venv'))
         # Only for `pip install .` without isolation in that venv: setuptools before 70.1
         # builds wheels with the `wheel` package (pip's isolated builds fetch it themselves).
@@ -112,30 +150,97 @@ class DataflowStagingTest(absltest.TestCase):
         shutil.rmtree(cls.wheel_path, ignore_errors=True)
         copy_distributions(['wheel'], cls.wheel_path)
 
-    @classmethod
-    def make_launcher_venv(cls, path):
-        """A fresh venv as the README has a Dataflow launcher make it; returns its python."""
+    @staticmethod
+    def new_venv(path, *args):
+        """A new venv at `path` of the Python running this test (`python -m venv` from a venv
+        makes one of its base interpreter); returns (its python, its site-packages)."""
         shutil.rmtree(path, ignore_errors=True)
-        run([sys.executable, '-m', 'venv', path], env=clean_env())
+        run([sys.executable, '-m', 'venv', *args, path], env=clean_env())
         python = os.path.join(path, 'bin', 'python')
         site_packages = run(
             [python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
             env=clean_env()).strip()
-        copy_distributions(LAUNCHER_TOOLS, site_packages)
-        cls.fresh_setuptools = run(
-            [python, '-c', 'import setuptools; print(setuptools.__version__)'],
-            env=clean_env()).strip()
+        return python, site_packages
+
+    @classmethod
+    def make_launcher_venv(cls, path):
+        """A fresh venv as the README has a Dataflow launcher make it; returns its python.
+
+        Of `pip install '.[gcp]'`, staging uses the extra's tools: as pip does, one the venv
+        already holds in a version the extra allows is kept, any other is installed (copied from
+        this environment, offline)."""
+        python, site_packages = cls.new_venv(path)
+        installed = venv_facts(python)['distributions']
+        missing = [requirement for requirement in cls.launcher_tools
+                   if canonical(requirement.name) not in installed or not requirement.specifier
+                   .contains(installed[canonical(requirement.name)], prereleases=True)]
+        for requirement in missing:
+            version = importlib.metadata.version(requirement.name)
+            if not requirement.specifier.contains(version, prereleases=True):
+                raise AssertionError(f'{requirement.name} {version} of this environment does not '
+                                     f'satisfy the gcp extra\'s {requirement}: relock')
+        copy_distributions([requirement.name for requirement in missing], site_packages)
         return python
 
-    def test_launcher_venv_is_fresh(self):
-        installed = run(
-            [self.fresh_python, '-c', 'import importlib.metadata as m; print(*(d.metadata["Name"]'
-             '.lower().replace("_", "-") for d in m.distributions()))'], env=clean_env()).split()
-        self.assertCountEqual(installed,
-                              ['pip', 'setuptools', 'build', 'packaging', 'pyproject-hooks'])
+    def test_launcher_tools_are_the_gcp_extras_build_and_setuptools(self):
+        self.assertCountEqual([canonical(r.name) for r in self.launcher_tools],
+                              ['build', 'setuptools'])
+
+    def test_launcher_venv_is_fresh_and_of_this_python(self):
+        facts = venv_facts(self.fresh_python)
+        self.assertEqual(tuple(facts['version']), sys.version_info[:2],
+                         'the launcher venv runs another Python version than this test')
+        self.assertEqual(os.path.realpath(facts['base_prefix']), os.path.realpath(sys.base_prefix),
+                         'the launcher venv has another base interpreter than this test')
+        installed = facts['distributions']
+        self.assertCountEqual(installed, LAUNCHER_DISTRIBUTIONS,
+                              'the launcher venv holds other than pip and the gcp extra\'s tools')
+        # Python 3.11's ensurepip puts setuptools 65.5 into a venv, which the gcp extra's
+        # `setuptools>=65` keeps: the oldest setuptools the build must work with. From 3.12 on
+        # it ships none, and the extra brings the current one (this environment's).
         bundled = bundled_setuptools_version()
-        if bundled:
-            self.assertEqual(self.fresh_setuptools, bundled)
+        if sys.version_info >= (3, 12):
+            self.assertIsNone(bundled)
+        setuptools, = (r for r in self.launcher_tools if canonical(r.name) == 'setuptools')
+        if bundled and setuptools.specifier.contains(bundled):
+            self.assertEqual(installed['setuptools'], bundled,
+                             'pip keeps the setuptools ensurepip installed, which the extra allows')
+        else:
+            self.assertEqual(installed['setuptools'], importlib.metadata.version('setuptools'),
+                             'the gcp extra brings a current setuptools')
+
+    def test_launcher_venv_without_setuptools_cannot_stage(self):
+        """A launcher venv with `build` but no setuptools, as a fresh 3.12 venv is after `pip
+        install build`: `build` cannot import the build backend, and Beam's stager fails, its
+        message naming only the `build` module. Hence setuptools in the gcp extra (TensorFlow
+        happens to require it too, which the extra does not rely on)."""
+        python, site_packages = self.new_venv(
+            os.path.join(self.create_tempdir().full_path, 'venv'), '--without-pip')
+        copy_distributions(['build'], site_packages)
+        self.assertNotIn('setuptools', venv_facts(python)['distributions'],
+                         'a venv made --without-pip holds setuptools')
+        tree = copy_tree(self.src, os.path.join(self.create_tempdir().full_path, 'tree'))
+        with mock.patch.dict(os.environ, clean_env(BEAM_PYTHON=python), clear=True):
+            with self.assertRaisesRegex(RuntimeError, 'Failed to build package'):
+                self.stage(f'--setup_file={os.path.join(tree, "pyproject.toml")}')
+        result = self.build_sdist(tree, python, clean_env())
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("Backend 'setuptools.build_meta' is not available", result.stderr)
+
+    def test_workers_run_the_launchers_python_version(self):
+        """The README: Dataflow's workers run the container of Beam's SDK for the launcher's
+        Python minor version, unless --sdk_container_image names another."""
+        python = '{}.{}'.format(*sys.version_info[:2])
+        beam = beam_version.__version__
+        self.assertEqual(apiclient.get_container_image_from_options(PipelineOptions([])),
+                         f'gcr.io/cloud-dataflow/v1beta3/beam_python{python}_sdk:{beam}')
+        self.assertEqual(DockerEnvironment.default_docker_image(),
+                         f'apache/beam_python{python}_sdk:{beam}')
+        image = 'us-central1-docker.pkg.dev/PROJECT/REPO/batchppo:TAG'
+        self.assertEqual(apiclient.get_container_image_from_options(
+            PipelineOptions([f'--sdk_container_image={image}'])), image)
+        # Dataflow takes a launcher of this version (it raises for the versions it does not).
+        apiclient._verify_interpreter_version_is_supported(PipelineOptions([]))
 
     def test_test_only_patterns_catch_the_helpers(self):
         for helper in HELPERS:
@@ -159,12 +264,16 @@ class DataflowStagingTest(absltest.TestCase):
                 return self.stage(f'--setup_file={setup_file}')
             except RuntimeError as error:
                 # Beam's message hides the build's output: show it.
-                result = subprocess.run(
-                    [python or sys.executable, '-m', 'build', '--no-isolation', '--sdist',
-                     '--outdir', self.create_tempdir().full_path, tree], cwd=tree, env=env,
-                    capture_output=True, text=True, check=False)
+                result = self.build_sdist(tree, python or sys.executable, env)
                 raise AssertionError(
                     f'{error}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}') from error
+
+    def build_sdist(self, tree, python, env):
+        """The build Beam's stager runs for `--setup_file`, by hand (its output kept)."""
+        return subprocess.run(
+            [python, '-m', 'build', '--no-isolation', '--sdist', '--outdir',
+             self.create_tempdir().full_path, tree], cwd=tree, env=env, capture_output=True,
+            text=True, check=False)
 
     def assert_package(self, names, top_level, where):
         """`names`: the package's files, relative to its root."""

@@ -13,6 +13,7 @@ import zipfile
 
 from absl.testing import absltest
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from tools import source_tree
 from tools.package_contents import CONSOLE_SCRIPTS, PACKAGED, is_test_only
@@ -43,8 +44,25 @@ def requirement_sections(requirements_in):
 
 
 def runtime_requirements(requirements_in):
-    """The pinned runtime section of requirements.in (before the extras and the tools)."""
+    """The runtime section of requirements.in (before the extras and the tools)."""
     return requirement_sections(requirements_in)['']
+
+
+def lock_pins(lock):
+    """{normalized name: pinned version} of a requirements lock."""
+    pins = {}
+    with open(lock, encoding='utf-8') as lines:
+        for line in lines:
+            match = re.match(r'([A-Za-z0-9._-]+)(?:\[[^\]]*\])?==([^ \\]+)', line)
+            if match:
+                pins[match.group(1).lower().replace('_', '-')] = match.group(2)
+    return pins
+
+
+def locked_versions(root):
+    """{'3.11': path, ...}: the Python versions with a lock (tools/relock writes them)."""
+    locks = glob.glob(os.path.join(root, 'third_party', 'py', 'requirements-*.lock'))
+    return {re.search(r'requirements-(.+)\.lock$', lock).group(1): lock for lock in locks}
 
 
 def normalize(requirement):
@@ -53,7 +71,7 @@ def normalize(requirement):
     match = re.match(r'([A-Za-z0-9._-]+)(?:\[(.*)\])?(.*)', requirement)
     name, extras, rest = match.groups()
     extras = ','.join(sorted(extras.split(','))) if extras else ''
-    return name.lower().replace('_', '-'), extras, rest.removeprefix('==')
+    return name.lower().replace('_', '-'), extras, rest
 
 
 def requires_dist(metadata):
@@ -161,34 +179,62 @@ class WheelTest(absltest.TestCase):
             self.assertIn(function, {node.name for node in tree.body
                                      if isinstance(node, ast.FunctionDef)}, target)
 
-    def test_requires_the_pinned_runtime_dependencies(self):
+    def test_requires_the_runtime_dependencies_of_requirements_in(self):
         """The runtime section of requirements.in, with the extras the `gcp` extra brings
         (Dataflow's) moved to it."""
         required = requires_dist(self.metadata)
         gcp = required.get('gcp', set())
-        pinned = {normalize(r) for r in runtime_requirements(
+        runtime = {normalize(r) for r in runtime_requirements(
             os.path.join(self.root, 'third_party', 'py', 'requirements.in'))}
-        self.assertNotEmpty(pinned)
-        self.assertIn(('apache-beam', 'gcp', '2.77.0'), pinned)
+        self.assertNotEmpty(runtime)
+        self.assertIn(('apache-beam', 'gcp', '>=2.77.0'), runtime)
         expected = {(name, '', version) if (name, extras, version) in gcp
-                    else (name, extras, version) for name, extras, version in pinned}
+                    else (name, extras, version) for name, extras, version in runtime}
         self.assertEqual(required[''], expected,
                          'pyproject.toml dependencies differ from requirements.in')
 
+    def test_dependencies_are_ranges_from_what_the_locks_pin(self):
+        """No `==` (BatchPPO installs next to other libraries); each lower bound is a version
+        the tests ran against (pinned in a lock), and every lock's pin is inside the range."""
+        locks = {version: lock_pins(lock) for version, lock in locked_versions(self.root).items()}
+        self.assertNotEmpty(locks)
+        required = requires_dist(self.metadata)
+        for extra, requirements in required.items():
+            for name, _, specifier in requirements:
+                if name in ('build', 'setuptools'):  # The gcp extra's launcher tools.
+                    continue
+                with self.subTest(extra=extra, name=name):
+                    self.assertNotIn('==', specifier)
+                    lower, = [s.version for s in SpecifierSet(specifier) if s.operator == '>=']
+                    pins = {version: pins[name] for version, pins in locks.items()}
+                    self.assertIn(lower, pins.values(), f'{name}: no lock pins {lower}')
+                    for version, pin in pins.items():
+                        self.assertIn(pin, SpecifierSet(specifier), f'{name} in {version} lock')
+
+    def test_requires_python_allows_exactly_the_locked_versions(self):
+        allowed = SpecifierSet(self.pyproject['project']['requires-python'])
+        versions = sorted(locked_versions(self.root), key=Version)
+        self.assertEqual(versions, ['3.11', '3.12', '3.13'])
+        self.assertEqual([f'3.{minor}' for minor in range(30) if f'3.{minor}' in allowed],
+                         versions)
+        # What pip reads from the wheel.
+        self.assertEqual(SpecifierSet(re.search(r'^Requires-Python: (.*)$', self.metadata,
+                                                re.MULTILINE).group(1)), allowed)
+
     def test_gcp_extra_brings_dataflow_and_what_staging_needs(self):
         gcp = requires_dist(self.metadata)['gcp']
-        self.assertIn(('apache-beam', 'gcp', '2.77.0'), gcp)
+        self.assertIn(('apache-beam', 'gcp', '>=2.77.0'), gcp)
         self.assertEqual({name for name, _, _ in gcp}, {'apache-beam', 'build', 'setuptools'})
 
     def test_optional_sections_of_requirements_in_are_the_extras(self):
         """Each optional section of requirements.in is the extra of its name (but gcp, which
-        is Dataflow's: see above), as pinned there: `pip install 'batchppo[envpool]'`."""
+        is Dataflow's: see above), as required there: `pip install 'batchppo[envpool]'`."""
         required = requires_dist(self.metadata)
         sections = requirement_sections(
             os.path.join(self.root, 'third_party', 'py', 'requirements.in'))
         extras = {name: {normalize(r) for r in requirements}
                   for name, requirements in sections.items() if name}
-        self.assertEqual(extras, {'envpool': {('envpool', '', '1.2.5')}})
+        self.assertEqual(extras, {'envpool': {('envpool', '', '>=1.2.5')}})
         self.assertEqual(set(required) - {'', 'gcp'}, set(extras))
         for name, requirements in extras.items():
             self.assertEqual(required[name], requirements, f'the {name} extra')

@@ -25,6 +25,7 @@ docs/run_loop.md); a second signal stops it at once.
 import datetime
 import gc
 import os
+import platform
 import sys
 import time
 
@@ -168,9 +169,10 @@ def _train(logdir, local, config, staged, signals):
                     staged.sync(should_stop=lambda: signals.signum is not None)
                 status = staged.status
                 after_save()  # The run's configuration goes to the bucket from the start.
-                logging.info('Logdir: %s (staged in %s)', logdir, local)
+                logging.info('Logdir: %s (staged in %s; Python %s)', logdir, local,
+                             platform.python_version())
             else:
-                logging.info('Logdir: %s', logdir)
+                logging.info('Logdir: %s (Python %s)', logdir, platform.python_version())
             run.run(after_save=after_save, signals=signals, stop_at_step=FLAGS.stop_at_step,
                     status=status)
     except (run_config.ConfigError, failures.StorageError, stop_signals.StopRequested) as error:
