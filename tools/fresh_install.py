@@ -54,6 +54,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--steps', type=int, default=4096, help='training steps on Pendulum')
     parser.add_argument('--keep', action='store_true', help='keep the venv and the run')
+    parser.add_argument('--source', default=ROOT, help='the source tree to install (copied)')
     args = parser.parse_args(argv)
     version = platform.python_version()
     base_python = getattr(sys, '_base_executable', sys.executable)
@@ -62,7 +63,7 @@ def main(argv=None):
     venv, source = os.path.join(work, 'venv'), os.path.join(work, 'src')
     print(f'fresh_install: Python {version} ({base_python}); work in {work}', flush=True)
     try:
-        shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
+        shutil.copytree(args.source, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
         run_step(f'create a venv (python{version[:4]} -m venv)',
                  [base_python, '-m', 'venv', venv], log)
         python = os.path.join(venv, 'bin', 'python')
