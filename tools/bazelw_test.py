@@ -184,6 +184,19 @@ class BazelwTest(absltest.TestCase):
         self.assertFalse(os.path.exists(self.args_file), 'bazel must not run')
         self.assertEqual(tree_snapshot(self.repo), before)
 
+    def test_bazel_ignores_every_versions_venv(self):
+        """Each venv holds BUILD files (TensorFlow's headers): a `//...` that walked into one
+        would fail to load. .bazelignore takes no patterns, so it names every version's venv
+        and its backup; .gitignore keeps them out of git."""
+        with open(runfile('.bazelignore')) as f:
+            ignored = set(f.read().split())
+        versions = [os.path.basename(lock)[len('requirements-'):-len('.lock')]
+                    for lock in glob.glob(runfile('third_party/py/requirements-*.lock'))]
+        self.assertIn(DEFAULT_VERSION, versions)
+        for version in versions:
+            self.assertContainsSubset(
+                {venv_name(version), venv_name(version) + '.previous'}, ignored)
+
     def test_an_interpreter_that_does_not_run_stops_in_one_line(self):
         self.env['BATCHPPO_PYTHON'] = os.path.join(self.bin_dir, 'no-such-python')
         result = self.run_bazelw('test', '//...')
