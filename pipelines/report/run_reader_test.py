@@ -165,8 +165,10 @@ class ReadRunTest(absltest.TestCase):
         with open(os.path.join(logdir, 'operative_config.gin'), 'w') as f:
             f.write('PPO.x = [1,\n')
         run = run_reader.read_run(logdir, self.root)
-        self.assertEqual(run.problems[0], 'operative_config.gin is not valid gin: line 2: EOF '
-                         'in multi-line statement')
+        # The rest is Python's tokenizer's message, worded per version (3.11: 'line 2: EOF in
+        # multi-line statement'; 3.12: 'line 1: unexpected EOF in multi-line statement').
+        self.assertRegex(run.problems[0], r'^operative_config\.gin is not valid gin: line [12]: '
+                         r'(unexpected )?EOF in multi-line statement$')
         self.assertEqual(run.eval_returns, [-900.0, -500.0, -300.0])
 
     def test_resumed_run_keeps_the_last_line_of_a_step(self):
