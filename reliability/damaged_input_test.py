@@ -7,10 +7,13 @@ broken latest checkpoint falls back to the newest one that reads back, with a wa
 broken checkpoint the user named, a broken SavedModel or a checkpoint of a run of another
 configuration is a one-line error (`<tool>: error: ...`, exit 1, no traceback). These tools
 only read: the damaged files stay as they were, nothing is moved aside.
+
+The binaries, trainers included, run in forks of this test's process, which imported their
+libraries once (harness.run_module_forked): the same code from flag parsing to exit status and
+output, without importing TensorFlow again for every run. Their real start-up is covered by
+bad_input_test.
 """
 
-import concurrent.futures
-import contextlib
 import json
 import os
 import re
@@ -39,18 +42,22 @@ class DamagedInputTest(absltest.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
+        harness.preload(pipelines=False)
         root = absltest.get_default_test_tmpdir()
         cls.baseline = os.path.join(root, 'baseline')
         cls.other = os.path.join(root, 'other')
-        with contextlib.ExitStack() as stack:  # Both at once: one per core.
-            trainers = []
-            for logdir, overrides in ((cls.baseline, {}), (cls.other, OTHER_CONFIG)):
-                shutil.rmtree(logdir, ignore_errors=True)
-                trainers.append(stack.enter_context(harness.Binary(
-                    'train', *harness.small_run(logdir, **BUDGET, **overrides),
-                    log_path=f'{logdir}.log')))
+        trainers = []  # Both at once: one per core.
+        for logdir, overrides in ((cls.baseline, {}), (cls.other, OTHER_CONFIG)):
+            shutil.rmtree(logdir, ignore_errors=True)
+            trainers.append(harness.start_module_forked(
+                'agents.scripts.train', *harness.small_run(logdir, **BUDGET, **overrides)))
+        try:
             for trainer in trainers:
-                assert trainer.wait(TIMEOUT) == 0, trainer.output()[-5000:]
+                result = trainer.wait(TIMEOUT)
+                assert result.returncode == 0, result.stderr[-5000:]
+        finally:
+            for trainer in trainers:
+                trainer.kill()
         assert harness.checkpoint_state(cls.baseline) == ([512, 1024], 1024)
 
     def setUp(self):
@@ -63,10 +70,21 @@ class DamagedInputTest(absltest.TestCase):
         return os.path.join(harness.checkpoint_dir(logdir or self.logdir), f'ckpt-{step}{suffix}')
 
     def run_all(self, *commands):
-        """Runs the binaries, two at a time; returns their CompletedProcesses in order."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            return list(pool.map(
-                lambda command: harness.run(*command, timeout=TIMEOUT), commands))
+        """Runs the binaries (tool, *flags) at once; returns their CompletedProcesses in order."""
+        binaries = [harness.start_module_forked(f'agents.scripts.{tool}', *flags)
+                    for tool, *flags in commands]
+        try:
+            return [binary.wait(TIMEOUT) for binary in binaries]
+        finally:
+            for binary in binaries:
+                binary.kill()
+
+    def exported_step(self, policy):
+        """The step of the exported policy, loaded in a fork: TensorFlow runs in none but forks
+        of this process."""
+        result = harness.run_forked(lambda: print(policy_export.SavedPolicy(policy).step))
+        self.assertEqual(result.returncode, 0, result.stderr[-5000:])
+        return int(result.stdout)
 
     def assert_error(self, result, tool, message):
         """The binary failed with `<tool>: error: <message>` (a regex) and no traceback."""
@@ -92,7 +110,7 @@ class DamagedInputTest(absltest.TestCase):
             self.assertRegex(result.stderr, warning)
         metrics = json.loads(evaluated.stdout)
         self.assertEqual((metrics['checkpoint'], metrics['step']), (self.checkpoint(512), 512))
-        self.assertEqual(policy_export.SavedPolicy(outdir).step, 512)
+        self.assertEqual(self.exported_step(outdir), 512)
         with open(os.path.join(videos, 'episodes.jsonl')) as f:
             self.assertLen(f.readlines(), 1)
         self.assertEqual(testing_utils.snapshot(self.logdir), before)

@@ -1,20 +1,22 @@
-r"""A full or read-only disk under a training run, inside a private mount namespace.
+r"""A full disk, then a read-only one, under a training run, inside a private mount namespace.
 
     unshare --user --map-root-user --mount python -m reliability.disk_faults SPEC.json
 
 The test (disk_test.py) runs this in a mount namespace of its own, where it may mount without
-touching the machine: a tmpfs at `mount` holds the logdir (`<mount>/run`). The trainer runs
-until its first complete save; then the fault strikes:
+touching the machine: a tmpfs at `mount` holds the logdir (`<mount>/run`). The trainers run in
+forks of this process (harness.start_module_forked), which imports TensorFlow once. One run
+meets both faults, each after a complete save (its metrics line):
 
-    'enospc'    a filler file takes every free byte of the tmpfs: writes fail with ENOSPC;
-    'readonly'  the checkpoint directory is bind-mounted read-only: writes fail with EROFS
-                (the whole logdir cannot be remounted read-only while the trainer holds files in
-                it open for writing, which is what the kernel refuses, not what users see).
+    ENOSPC  a filler file takes every free byte of the tmpfs;
+    EROFS   (the filler removed, the same command resumed) the checkpoint directory is
+            bind-mounted read-only (the whole logdir cannot be remounted read-only while the
+            trainer holds files in it open for writing, which is what the kernel refuses, not
+            what users see).
 
-The trainer must stop with a clear error. The logdir is copied to `<outdir>/after_fault`; the
-fault is lifted and the same command rerun, which must resume and finish; the logdir is copied
-to `<outdir>/after_rerun`. `<outdir>/result.json` gets both exit codes and outputs. Nothing
-outlives the namespace: the tmpfs vanishes with it.
+Then the mount is lifted and the same command rerun, which must resume and finish. The logdir
+after each run is copied to `<outdir>/after_enospc`, `<outdir>/after_readonly` and
+`<outdir>/after_rerun`; `<outdir>/result.json` gets the exit codes and outputs. Nothing outlives
+the namespace: the tmpfs vanishes with it.
 """
 
 import json
@@ -25,14 +27,12 @@ import sys
 
 from reliability import harness
 
-FAULTS = ('enospc', 'readonly')
 
-
-def _mount(*args):
+def mount(*args):
     subprocess.run(['mount', *args], check=True, capture_output=True, text=True)
 
 
-def _fill(directory):
+def fill(directory):
     """Writes a file in `directory` until the file system is full."""
     block = b'\0' * (1 << 20)
     with open(os.path.join(directory, 'filler'), 'wb', buffering=0) as f:
@@ -49,33 +49,49 @@ def _fill(directory):
             pass
 
 
-def run(spec):
-    fault, mount, outdir = spec['fault'], spec['mount'], spec['outdir']
-    if fault not in FAULTS:
-        raise ValueError(f'fault must be one of {FAULTS}, got {fault!r}')
-    _mount('-t', 'tmpfs', '-o', f'size={spec.get("size", "64m")}', 'tmpfs', mount)
-    logdir = os.path.join(mount, 'run')
+def _stopped_by(fault, logdir, flags, strike):
+    """Starts the trainer; once it has saved an evaluation past those `logdir` holds, calls
+    `strike()` and waits for its end: the fields of `fault` in a dict."""
+    done = [record['step'] for record in harness.metrics(logdir)]
+    trainer = harness.start_module_forked('agents.scripts.train', *flags, cwd=harness.ROOT)
+    try:
+        harness.wait_for(
+            lambda: trainer.poll() is not None or any(record['step'] > max(done, default=0)
+                                           for record in harness.metrics(logdir)),
+            300, f'a save before the {fault} fault')
+        result = {f'{fault}_before': harness.checkpoint_state(logdir)[1]}
+        strike()
+        process = trainer.wait(300)
+    finally:
+        trainer.kill()
+    result[f'{fault}_returncode'] = process.returncode
+    result[f'{fault}_output'] = process.stdout + process.stderr
+    return result
+
+
+def main(spec_path):
+    """The faults and reruns the module's docstring tells, as SPEC.json describes them."""
+    with open(spec_path, encoding='utf-8') as f:
+        spec = json.load(f)
+    harness.preload(pipelines=False)
+    tmpfs, outdir = spec['mount'], spec['outdir']
+    mount('-t', 'tmpfs', '-o', f'size={spec["size"]}', 'tmpfs', tmpfs)
+    logdir = os.path.join(tmpfs, 'run')
     flags = [*spec['train_flags'], f'--logdir={logdir}']
     checkpoints = harness.checkpoint_dir(logdir)
-    result = {}
-    with harness.Binary('train', *flags, log_path=os.path.join(outdir, 'fault.log')) as trainer:
-        # The first save is complete when its metrics line is there.
-        harness.wait_for(lambda: harness.metrics(logdir), 300, 'the first save',
-                         process=trainer)
-        result['checkpoint_before'] = harness.checkpoint_state(logdir)[1]
-        if fault == 'enospc':
-            _fill(mount)
-        else:
-            _mount('--bind', checkpoints, checkpoints)
-            _mount('-o', 'remount,ro,bind', checkpoints)
-        result['fault_returncode'] = trainer.wait(300)
-        result['fault_output'] = trainer.output()
-    shutil.copytree(logdir, os.path.join(outdir, 'after_fault'), symlinks=True)
-    if fault == 'enospc':
-        os.remove(os.path.join(mount, 'filler'))
-    else:
-        subprocess.run(['umount', checkpoints], check=True)
-    rerun = harness.run('train', *flags, timeout=600)
+
+    def read_only():
+        mount('--bind', checkpoints, checkpoints)
+        mount('-o', 'remount,ro,bind', checkpoints)
+
+    result = _stopped_by('enospc', logdir, flags, lambda: fill(tmpfs))
+    shutil.copytree(logdir, os.path.join(outdir, 'after_enospc'), symlinks=True)
+    os.remove(os.path.join(tmpfs, 'filler'))
+    result.update(_stopped_by('readonly', logdir, flags, read_only))
+    shutil.copytree(logdir, os.path.join(outdir, 'after_readonly'), symlinks=True)
+    subprocess.run(['umount', checkpoints], check=True)
+    rerun = harness.run_module_forked('agents.scripts.train', *flags, timeout=600,
+                                      cwd=harness.ROOT)
     result['rerun_returncode'] = rerun.returncode
     result['rerun_output'] = rerun.stderr
     shutil.copytree(logdir, os.path.join(outdir, 'after_rerun'), symlinks=True)
@@ -83,10 +99,5 @@ def run(spec):
         json.dump(result, f)
 
 
-def main(argv):
-    with open(argv[1], encoding='utf-8') as f:
-        run(json.load(f))
-
-
 if __name__ == '__main__':
-    main(sys.argv)
+    main(sys.argv[1])

@@ -4,6 +4,9 @@ With `train.on_nonfinite = 'stop'` (the default) the update is undone, the run s
 quantity, and the last checkpoint stays the latest; with 'skip' the batch is dropped and the run
 goes on. Faults: an environment returning a NaN reward or observation (faulty_envs.py) and a
 learning rate that makes the loss blow up.
+
+The trainer runs in a fork of this process (harness.run_module_forked), which imported TensorFlow
+once: the binary's own code from flag parsing to exit status and output.
 """
 
 import os
@@ -20,13 +23,17 @@ from reliability import harness
 
 class DivergenceBinaryTest(harness.TrainerTestCase):
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        harness.preload(pipelines=False)
+
     def train(self, fault, **overrides):
         # The fault strikes once, at the 300th step of a training environment (third iteration,
         # after the checkpoints of steps 512 and 1024), in a worker: never in evaluation.
-        return harness.run('train', *harness.faulty_workers_run(
+        return harness.run_train(*harness.faulty_workers_run(
             self.logdir, {'fault': fault, 'at_step': 300, 'workers_only': True,
-                          'once_marker': os.path.join(self.root, 'struck')}, **overrides),
-            timeout=600)
+                          'once_marker': os.path.join(self.root, 'struck')}, **overrides))
 
     def test_nan_reward_stops_the_run_and_keeps_the_last_checkpoint(self):
         result = self.train('nan_reward')
@@ -63,8 +70,8 @@ class DivergenceBinaryTest(harness.TrainerTestCase):
                          [512, 1024, 1536, 2048])
 
     def test_exploding_learning_rate_stops_on_a_nonfinite_loss(self):
-        result = harness.run('train', *harness.small_run(
-            self.logdir, PPO__learning_rate=1e30, PPO__max_grad_norm=None), timeout=600)
+        result = harness.run_train(*harness.small_run(
+            self.logdir, PPO__learning_rate=1e30, PPO__max_grad_norm=None))
         self.assertEqual(result.returncode, 1, result.stderr[-5000:])
         self.assertRegex(
             result.stderr, r'train: error: non-finite (loss|gradient|parameter)[^\n]* in the '

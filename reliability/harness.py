@@ -3,16 +3,29 @@
 Every binary runs as `python -m agents.scripts.<name>` in a session of its own (so a kill can
 take its environment workers along), with its output in a log file the test can watch while it
 runs. Waits poll a condition with a deadline; nothing sleeps for a state.
+
+A test that is not about a binary's start-up may run it in a fork instead (`Forked`,
+`run_module_forked`): `preload()` imports, once, the libraries the binaries import, and each
+run forks this process and runs the binary's module as `__main__` in the child, which then
+starts in milliseconds rather than seconds. TensorFlow must not have run anything in this
+process before it forks (its runtime's threads would not follow into the child), nor may other
+threads run here: `Forked` checks both.
 """
 
+import atexit
 import contextlib
+import importlib
 import json
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import traceback
 
 import psutil
 from absl.testing import absltest
@@ -48,6 +61,174 @@ def run(binary, *args, timeout=300, cwd=None, env=None):
     return subprocess.run(command(binary, *args), capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=env or environment(),
                           stdin=subprocess.DEVNULL, check=False)
+
+
+# What the train, evaluate, export and visualize binaries import, then what the sweep and the
+# report binaries add, but not the binaries' own modules: those define absl flags, which a
+# module run in a fork defines again.
+BINARY_LIBRARIES = (
+    'gin', 'gymnasium', 'tensorflow', 'agents.algorithms.registry', 'agents.runs.faults',
+    'agents.runs.loop', 'agents.runs.policy_export', 'agents.runs.remote_logdir',
+    'agents.runs.restore', 'agents.runs.run_config', 'agents.runs.run_settings',
+    'agents.tools.evaluation', 'agents.tools.process_env', 'agents.tools.rendering',
+    'agents.tools.stop_signals', 'agents.tools.video',
+)
+SWEEP_LIBRARIES = (
+    'apache_beam', 'pipelines.halving', 'pipelines.sweep.scheduler', 'pipelines.sweep.search',
+    'pipelines.sweep.sweep_spec', 'pipelines.sweep.sweep_state', 'pipelines.sweep.trial',
+)
+REPORT_LIBRARIES = (
+    'apache_beam', 'pipelines.report.plots', 'pipelines.report.report_data',
+    'pipelines.report.report_html', 'pipelines.report.run_reader',
+)
+
+
+def preload(pipelines=True):
+    """Imports the binaries' libraries for `run_module_forked`: BINARY_LIBRARIES as the binaries
+    do (quiet, without matplotlib), and those of the sweep and the report binaries as well
+    (`pipelines` True), of neither (False) or of those named ('sweep', 'report'). Nothing runs
+    in TensorFlow."""
+    from agents.scripts import lean_start, log_noise
+    with log_noise.tensorflow_start(), lean_start.without_matplotlib():
+        for name in BINARY_LIBRARIES:
+            importlib.import_module(name)
+    if pipelines is True:
+        pipelines = ('sweep', 'report')
+    extra = {'sweep': SWEEP_LIBRARIES, 'report': REPORT_LIBRARIES}
+    for name in [name for pipeline in pipelines or () for name in extra[pipeline]]:
+        importlib.import_module(name)
+
+
+def _tensorflow_started():
+    """Whether TensorFlow's eager runtime (and with it its thread pools) exists in this process."""
+    if 'tensorflow' not in sys.modules:
+        return False
+    from tensorflow.python.eager import context
+    return context.context()._context_handle is not None  # noqa: SLF001 (no public query)
+
+
+def _exit_status(code):
+    """The exit status of a process that raised SystemExit(code), as the interpreter makes it
+    (printing a message that is not a number)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    sys.stderr.write(f'{code}\n')
+    return 1
+
+
+class Forked:
+    """`main()` running in a fork of this process as a process of its own would run a program:
+    in `cwd` with only `env` (default `environment()`) as its environment, in a session of its
+    own, stdin from /dev/null, ending with the exit status of its SystemExit (a traceback and 1
+    on another exception). `wait` returns a CompletedProcess with its text output."""
+
+    def __init__(self, main, *, cwd=None, env=None):
+        if _tensorflow_started():
+            raise RuntimeError('TensorFlow ran in this process: a fork would lack its threads')
+        if threading.active_count() > 1:
+            raise RuntimeError('forking beside other threads, whose locks the child could '
+                               f'not take: {threading.enumerate()}')
+        self._main = main
+        env = environment() if env is None else env
+        self._outputs = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self._child(cwd or os.getcwd(), env)
+        self.returncode = None
+
+    def _child(self, cwd, env):
+        status = 1
+        try:
+            os.setsid()  # A group of its own, which `kill` ends whole.
+            atexit._clear()  # noqa: SLF001 (the parent's exit handlers are not the child's)
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(env)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            for fd, file in enumerate(self._outputs, start=1):
+                os.dup2(file.fileno(), fd)
+            try:
+                self._main()
+                status = 0
+            except SystemExit as exit:
+                status = _exit_status(exit.code)
+            except BaseException:  # As the interpreter reports an uncaught exception.
+                traceback.print_exc()
+            atexit._run_exitfuncs()  # noqa: SLF001
+        finally:
+            with contextlib.suppress(BaseException):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(status)
+
+    def poll(self):
+        """The exit status once the child has ended (reaping it), else None."""
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout):
+        """Waits up to `timeout` s for the end (else kills it: subprocess.TimeoutExpired)."""
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                raise subprocess.TimeoutExpired(self._main, timeout)
+            time.sleep(0.01)
+        outputs = []
+        for file in self._outputs:
+            file.seek(0)
+            outputs.append(file.read().decode('utf-8', errors='replace'))
+            file.close()
+        return subprocess.CompletedProcess(self._main, self.returncode, *outputs)
+
+    def kill(self):
+        """SIGKILL to the child's session; returns once the child is reaped."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+
+def can_fork():
+    """Whether a Forked process can start here: TensorFlow has run nothing in this process and
+    no other thread runs."""
+    return not _tensorflow_started() and threading.active_count() == 1
+
+
+def run_train(*flags, timeout=600):
+    """Runs the train binary to its end: in a fork when this process can fork (see `preload`),
+    else (once TensorFlow ran here) as a subprocess. Returns the CompletedProcess."""
+    if can_fork():
+        return run_module_forked('agents.scripts.train', *flags, timeout=timeout, cwd=ROOT)
+    return run('train', *flags, timeout=timeout)
+
+
+def run_forked(main, *, timeout=300, cwd=None, env=None):
+    """Runs `main()` in a Forked process to its end; returns the CompletedProcess."""
+    return Forked(main, cwd=cwd, env=env).wait(timeout)
+
+
+def start_module_forked(module, *args, cwd=None, env=None):
+    """`python -m module args...` started in a Forked process (after `preload()`): the module
+    runs as `__main__` with `args` as its arguments and its working directory first on
+    sys.path."""
+    def main():
+        sys.path.insert(0, os.getcwd())
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name='__main__', alter_sys=True)
+    return Forked(main, cwd=cwd, env=env)
+
+
+def run_module_forked(module, *args, timeout=300, cwd=None, env=None):
+    """`start_module_forked` to the module's end; returns the CompletedProcess."""
+    return start_module_forked(module, *args, cwd=cwd, env=env).wait(timeout)
 
 
 def wait_for(condition, timeout, what, interval=0.05, process=None):
@@ -127,6 +308,50 @@ class Binary:
             self.kill()
         self.signal(signal.SIGKILL, group=True)
         self._log.close()
+
+
+class ForkedBinary(Binary):
+    """A Binary that runs in a fork of this process (after `preload()`) instead of a new
+    interpreter, its output in `log_path` all the same."""
+
+    def __init__(self, binary, *args, log_path, cwd=None, env=None):
+        # Not Binary's __init__, which starts a new interpreter.
+        self.log_path = log_path
+        self._log = open(log_path, 'ab')  # Closed when the process is reaped.
+        log = self._log.fileno()
+        module = f'agents.scripts.{binary}'
+
+        def main():
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            sys.path.insert(0, os.getcwd())
+            sys.argv = [module, *args]
+            runpy.run_module(module, run_name='__main__', alter_sys=True)
+        self.process = _PopenOfForked(Forked(main, cwd=cwd or ROOT, env=env))
+        self.pid = self.process.pid
+
+
+class _PopenOfForked:
+    """Popen's `returncode`, `poll` and `wait` (the exit status) for a Forked."""
+
+    def __init__(self, forked):
+        self._forked = forked
+        self.pid = forked.pid
+
+    @property
+    def returncode(self):
+        return self._forked.returncode
+
+    def poll(self):
+        return self._forked.poll()
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.pid, timeout)
+            time.sleep(0.01)
+        return self.returncode
 
 
 class TrainerTestCase(absltest.TestCase):

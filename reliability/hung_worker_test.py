@@ -5,7 +5,9 @@ A worker that stops answering (SIGSTOP, or an environment whose step never retur
 hung after `BatchEnv.timeout` seconds: the trainer names the environments it hosted, kills it and
 restarts the training environments under `train.on_env_failure`, as for a dead worker. While
 it waits, progress lines name the worker it waits for; SIGTERM ends the wait and the run (exit
-143) at once; and a SIGKILL of the trainer leaves no process of the run behind.
+143) at once; and a SIGKILL of the trainer leaves no process of the run behind. The trainers
+run in forks of this process (harness.Forked), which imported TensorFlow once: the binary's own
+code from flag parsing to exit status and output.
 """
 
 import os
@@ -26,6 +28,15 @@ MARGIN = 3.0
 
 class HungWorkerTest(harness.TrainerTestCase):
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        harness.preload(pipelines=False)
+
+    def start(self, *flags):
+        return harness.ForkedBinary('train', *flags,
+                                    log_path=os.path.join(self.root, 'train.log'))
+
     def start_stuck(self, **bindings):
         """A run whose worker hangs in a step of the second iteration (after the checkpoint of
         step 512); returns (trainer, its workers' pids) once the worker hangs."""
@@ -41,8 +52,10 @@ class HungWorkerTest(harness.TrainerTestCase):
 
     def test_stopped_worker_is_named_killed_and_restarted_and_the_run_finishes(self):
         timeout = 3.0
+        # One evaluation, at the end: the iterations before it are what the stop must hit.
         trainer = self.start(*harness.faulty_workers_run(
-            self.logdir, {}, train__total_steps=8192, BatchEnv__timeout=timeout))
+            self.logdir, {}, train__total_steps=8192, train__eval_every_steps=8192,
+            BatchEnv__timeout=timeout))
         with trainer:
             harness.wait_for(lambda: (trainer.progress() or 0) >= 1024, STARTUP_TIMEOUT,
                              'two iterations', process=trainer)

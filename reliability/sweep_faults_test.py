@@ -6,12 +6,14 @@ one hangs forever at its 50th step and is killed at the spec's per-trial timeout
 finishes the good trial, marks the other two failed with the reason, and exits non-zero. The
 faults strike once (marker files), so the rerun of the same command retries exactly the two
 failed trials, which then succeed, and leaves the finished one untouched.
+
+The launcher runs in a fork of this test's process, which imported its libraries once
+(harness.run_module_forked): the same code from flag parsing to exit status and output; the
+trials' trainers are its own subprocesses. Its real start-up is covered by bad_input_test.
 """
 
 import json
 import os
-import subprocess
-import sys
 
 from absl.testing import absltest
 
@@ -25,14 +27,19 @@ TIMEOUT_S = 60
 
 class SweepFaultsTest(absltest.TestCase):
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        harness.preload(pipelines=('sweep',))
+
     def sweep(self, cwd):
         # A worker per trial: the hanging trial's timeout runs from the sweep's start, not from
-        # the end of the trial before it.
-        return subprocess.run(
-            [sys.executable, '-m', 'pipelines.sweep', '--spec=spec.yaml', '--output_dir=out',
-             '--direct_num_workers=3'], capture_output=True, text=True, timeout=900, cwd=cwd,
-            env=harness.environment(BUILD_WORKING_DIRECTORY=cwd), stdin=subprocess.DEVNULL,
-            check=False)
+        # the end of the trial before it. Worker threads: the trials are the trainers'
+        # processes either way, and Beam's worker processes are pipelines/sweep:sweep_test's.
+        return harness.run_module_forked(
+            'pipelines.sweep', '--spec=spec.yaml', '--output_dir=out', '--direct_num_workers=3',
+            '--direct_running_mode=multi_threading', timeout=900, cwd=cwd,
+            env=harness.environment(BUILD_WORKING_DIRECTORY=cwd))
 
     def test_crashing_and_hanging_trials_fail_alone_and_are_retried(self):
         cwd = self.create_tempdir().full_path
@@ -47,11 +54,11 @@ bindings:
   train.env_id: {json.dumps(faulty_envs.ENV_ID)}
   train.num_envs: 4
   train.rollout_length: 128
-  train.eval_every_steps: 1024
+  train.eval_every_steps: 512
   train.eval_episodes: 1
   PPO.num_minibatches: 4
   PPO.num_epochs: 2
-budget: {{env_steps: 1024, timeout_s: {TIMEOUT_S}}}
+budget: {{env_steps: 512, timeout_s: {TIMEOUT_S}}}
 seeds: 1
 grid:
   train.env_kwargs: {json.dumps(faults)}
@@ -63,7 +70,7 @@ grid:
         with open(trials_path) as f:
             records = [json.loads(line) for line in f]
         self.assertEqual([record['status'] for record in records], ['ok', 'failed', 'failed'])
-        self.assertEqual(records[0]['env_steps'], 1024)
+        self.assertEqual(records[0]['env_steps'], 512)
         self.assertIn(f'trainer exited with status {faulty_envs.EXIT_CODE}', records[1]['error'])
         self.assertIn(f'timed out after {TIMEOUT_S} s; its process group was killed',
                       records[2]['error'])
@@ -80,7 +87,7 @@ grid:
         self.assertEqual([record['status'] for record in again], ['ok', 'ok', 'ok'])
         for old, new in zip(records[1:], again[1:], strict=True):
             self.assertGreater(new['finished_at'], old['finished_at'])
-            self.assertEqual(new['env_steps'], 1024)
+            self.assertEqual(new['env_steps'], 512)
         self.assertEqual(testing_utils.snapshot(good), before)
 
 

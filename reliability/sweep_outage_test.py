@@ -33,8 +33,8 @@ search:
     PPO.learning_rate: {log_uniform: [1.0e-4, 3.0e-3]}
 scheduler: {type: successive_halving, min_steps: 1024, reduction_factor: 2}
 """
-# Two configurations to 2048 steps.
-GRID = 'grid: {PPO.learning_rate: [3.0e-4, 1.0e-3]}\n'
+# One configuration to 2048 steps: a trial for the outage to strike.
+GRID = 'grid: {PPO.learning_rate: [3.0e-4]}\n'
 # Longer than the 10 s after which a call that the client library retries inside is told.
 OUTAGE_S = 14.0
 TIMEOUT_S = 600
@@ -43,6 +43,9 @@ TOLD = ('Storage unreachable for', 'Storage not answering for', 'storage unreach
         'storage not answering for')
 REPORT_FLAGS = ('--bootstrap_reps=2000', '--curve_bootstrap_reps=200', '--video_max_steps=30',
                 '--video_size=64')
+# One Beam worker process (the default is one per core): the trials, runs and videos go through
+# a worker all the same, and each further worker is one more Python start-up per pipeline.
+WORKERS = '--direct_num_workers=1'
 
 
 class SweepOutageTest(absltest.TestCase):
@@ -69,11 +72,11 @@ class SweepOutageTest(absltest.TestCase):
 
     def launch(self, *flags, name='sweep.log'):
         return self.start(sweep_testing.sweep_command('--spec=spec.yaml', f'--output_dir={SWEEP}',
-                                                      *flags), name)
+                                                      WORKERS, *flags), name)
 
     def report(self, *flags, name='report.log'):
         return self.start([sys.executable, '-m', 'pipelines.report', f'--input={SWEEP}',
-                           f'--output_dir={REPORT}', *REPORT_FLAGS, *flags], name)
+                           f'--output_dir={REPORT}', *REPORT_FLAGS, WORKERS, *flags], name)
 
     def output(self, process):
         with open(process.log_path) as f:
@@ -89,10 +92,17 @@ class SweepOutageTest(absltest.TestCase):
             TIMEOUT_S, "a trial's first checkpoint in the bucket", interval=0.1,
             process=launcher)
 
-    def outage(self, seconds):
+    def outage(self, seconds, noticed):
+        """Refuses connections for `seconds`, and on until `noticed()` (a process said so)."""
         self.emulator.faults.refuse()
-        time.sleep(seconds)
+        began = time.monotonic()
+        harness.wait_for(noticed, TIMEOUT_S, 'the outage to be told', interval=0.5)
+        time.sleep(max(0.0, seconds - (time.monotonic() - began)))
         self.emulator.faults.restore()
+
+    def said_outage(self, process):
+        """Whether `process` said the bucket was out."""
+        return any(phrase in self.output(process) for phrase in TOLD)
 
     def told(self, process):
         """Whether `process`, or a trial's train.log in the bucket, said the bucket was out."""
@@ -126,7 +136,7 @@ class SweepOutageTest(absltest.TestCase):
                       f'{launcher.pid}', refusal)
 
         self.first_checkpoint(launcher)
-        self.outage(OUTAGE_S)
+        self.outage(OUTAGE_S, lambda: self.told(launcher))
         self.assertEqual(launcher.wait(TIMEOUT_S), 0, self.output(launcher)[-3000:])
         self.assertTrue(self.told(launcher), 'the outage was not noticed')
         objects = self.emulator.objects('sweeps', 'sweep/')
@@ -154,9 +164,9 @@ class SweepOutageTest(absltest.TestCase):
         # Found, the runs are read and rendered by the pipeline's workers.
         harness.wait_for(lambda: 'Found 2 runs under' in self.output(report), TIMEOUT_S,
                          'the report to find the runs', interval=0.1, process=report)
-        self.outage(OUTAGE_S)
+        self.outage(OUTAGE_S, lambda: self.said_outage(report))
         self.assertEqual(report.wait(TIMEOUT_S), 0, self.output(report)[-3000:])
-        self.assertTrue(any(phrase in self.output(report) for phrase in TOLD),
+        self.assertTrue(self.said_outage(report),
                         'the outage was not noticed: ' + self.output(report)[-3000:])
         self.assertIn('report/index.html', self.names('report/'))
         self.assertIn('Report of 2 runs in 2 configurations', self.output(report))
