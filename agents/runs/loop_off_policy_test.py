@@ -6,7 +6,9 @@ it resumes with or without its buffer, and a non-finite step is undone without t
 being copied.
 """
 
+import functools
 import os
+import tempfile
 from unittest import mock
 
 import gin
@@ -74,6 +76,20 @@ def _saved(logdir, step, name):
     return _checkpoint(logdir, step).get_tensor(f'agent/{name}/.ATTRIBUTES/VARIABLE_VALUE')
 
 
+def _run_to(logdir, stop_at_step=None, **settings):
+    with loop.training_run(logdir, **dict(RUN, **settings)) as run:
+        run.run(stop_at_step=stop_at_step)
+        return run
+
+
+@functools.cache
+def _whole_native_run():
+    """A native run of RUN to its end in the tests' gin configuration: (logdir, its
+    TrainingRun). Read-only; several tests share it, as each run costs seconds of tracing."""
+    logdir = tempfile.mkdtemp(prefix='whole-', dir=absltest.TEST_TMPDIR.value)
+    return logdir, _run_to(logdir, env_backend='native')
+
+
 class OffPolicyLoopTest(parameterized.TestCase):
 
     def setUp(self):
@@ -85,14 +101,15 @@ class OffPolicyLoopTest(parameterized.TestCase):
         self.addCleanup(gin.clear_config)
 
     def run_to(self, logdir, stop_at_step=None, **settings):
-        with loop.training_run(logdir, **dict(RUN, **settings)) as run:
-            run.run(stop_at_step=stop_at_step)
-            return run
+        return _run_to(logdir, stop_at_step, **settings)
 
     @parameterized.parameters(*BACKENDS)
     def test_trains_on_its_cadence_and_evaluates(self, **backend):
-        logdir = self.create_tempdir().full_path
-        run = self.run_to(logdir, **backend)
+        if backend['env_backend'] == 'native':
+            logdir, run = _whole_native_run()
+        else:
+            logdir = self.create_tempdir().full_path
+            run = self.run_to(logdir, **backend)
         self.assertEqual([record['step'] for record in _evaluations(logdir)], [128, 256])
         agent = run.agent
         # Iterations of 2 envs x 4 steps; training from the iteration that reaches 64 steps.
@@ -144,8 +161,8 @@ class OffPolicyLoopTest(parameterized.TestCase):
         self.assertEqual([record['step'] for record in _evaluations(logdir)], [128, 256])
 
     def test_stopped_and_continued_ends_as_an_uninterrupted_run(self):
-        whole, halves = (self.create_tempdir().full_path for _ in range(2))
-        self.run_to(whole, env_backend='native')
+        whole, _ = _whole_native_run()
+        halves = self.create_tempdir().full_path
         self.run_to(halves, stop_at_step=128, env_backend='native')
         self.run_to(halves, env_backend='native')
         for name in ('q/head/kernel', 'policy/mean/kernel', 'buffer/storage/observ',

@@ -23,15 +23,18 @@ PPO.discount = 0.9
 PPO.learning_rate = 1e-3
 PPO.num_epochs = 4
 PPO.num_minibatches = 4
+PPO.jit_compile = False
 """
-# 256 steps per iteration and member: evaluations at 1024, 2048 and 2560 (the end); stopped at
-# STOP, a run stops at 1536.
-SETTINGS = dict(num_envs=8, rollout_length=32, eval_every_steps=1000, eval_episodes=2,
+# 128 steps per iteration and member: evaluations at 256, 512 and 640 (the end); stopped at
+# STOP, a run stops at STOPPED_AT. The update in graph mode: compiling it with XLA costs each
+# run seconds, and these tests are not about XLA.
+SETTINGS = dict(num_envs=4, rollout_length=32, eval_every_steps=250, eval_episodes=2,
                 jit_compile=False)
-STEPS = 2560
-STOP = 1300
+STEPS = 640
+STOP = 300
+STOPPED_AT = 384
 SEEDS = (5, 6)
-EVALUATIONS = [1024, 2048, 2560]
+EVALUATIONS = [256, 512, 640]
 RESULTS = ('step', 'mean_return', 'std_return', 'episodes', 'mean_length')
 
 
@@ -149,31 +152,34 @@ class PopulationRunTest(absltest.TestCase):
         logdir = _dir('stopped')
         kwargs = dict(total_steps=STEPS, population=len(SEEDS), seed=SEEDS[0], **SETTINGS)
         last = loop.train(logdir, stop_at_step=STOP, **kwargs)
-        self.assertEqual(last['step'], 1536)
-        # As if killed between the members' saves of step 1536: member-1 kept 1024 only.
+        self.assertEqual(last['step'], STOPPED_AT)
+        # As if killed between the members' saves of STOPPED_AT: member-1 kept the first
+        # evaluation's only.
+        first = EVALUATIONS[0]
         state = os.path.join(_member(logdir, 1), 'checkpoints', 'checkpoint')
         with open(state, encoding='utf-8') as f:
             lines = f.read().splitlines()
         timestamps = [line for line in lines if line.startswith('all_model_checkpoint_time')]
         with open(state, 'w', encoding='utf-8') as f:
-            f.write('\n'.join(['model_checkpoint_path: "ckpt-1024"',
-                               'all_model_checkpoint_paths: "ckpt-1024"', timestamps[0]]
+            f.write('\n'.join([f'model_checkpoint_path: "ckpt-{first}"',
+                               f'all_model_checkpoint_paths: "ckpt-{first}"', timestamps[0]]
                               + [line for line in lines if line.startswith('last_')]) + '\n')
-        for path in glob.glob(os.path.join(_member(logdir, 1), 'checkpoints', 'ckpt-1536*')):
+        for path in glob.glob(os.path.join(_member(logdir, 1), 'checkpoints',
+                                           f'ckpt-{STOPPED_AT}*')):
             os.remove(path)
         with loop.training_run(logdir, **kwargs) as run:
             with self.assertLogs(level='WARNING') as logs:
                 restored = run.restore()
             self.assertEqual(restored, os.path.join(_member(logdir, 0), 'checkpoints',
-                                                    'ckpt-1024'))
-            self.assertEqual(int(run.env_steps), 1024)
-            self.assertIn('the population resumes from 1024', '\n'.join(logs.output))
+                                                    f'ckpt-{first}'))
+            self.assertEqual(int(run.env_steps), first)
+            self.assertIn(f'the population resumes from {first}', '\n'.join(logs.output))
             run.run()
         population, _ = runs()
         for index in range(len(SEEDS)):
             records = _records(_member(logdir, index))
             self.assertEqual([record['step'] for record in records], EVALUATIONS)
-            # The evaluation of 1024 was logged before the stop and is the same run's.
+            # The first evaluation was logged before the stop and is the same run's.
             uninterrupted = _records(_member(population, index))[0]
             self.assertEqual({key: records[0][key] for key in RESULTS},
                              {key: uninterrupted[key] for key in RESULTS})
@@ -188,8 +194,8 @@ class PopulationRunTest(absltest.TestCase):
             log_std.assign(tf.tensor_scatter_nd_update(log_std, [[1]], [[np.nan]]))
             with self.assertRaisesRegex(
                     faults.NonFiniteError,
-                    r'non-finite observation from the environments \[0, 1, 2, 3, 4, 5, 6, 7\] '
-                    r'of member-1 in the iteration that ended at step 256; its update was '
+                    r'non-finite observation from the environments \[0, 1, 2, 3\] '
+                    r'of member-1 in the iteration that ended at step 128; its update was '
                     r'undone and the run stopped; no checkpoint was saved'):
                 run.run()
             # Member 0's update stood; member 1's was undone.
@@ -225,16 +231,16 @@ class PopulationRunTest(absltest.TestCase):
                 pass
 
     def test_an_a2c_population_is_the_lone_runs_of_its_seeds(self):
-        gin.parse_config('train.algorithm = @A2C')
-        settings = dict(SETTINGS, rollout_length=8, eval_every_steps=500)
+        gin.parse_config('train.algorithm = @A2C\nA2C.jit_compile = False')
+        settings = dict(SETTINGS, rollout_length=8, eval_every_steps=250)
         population = _dir('a2c-population')
-        loop.train(population, total_steps=1024, population=len(SEEDS), seed=SEEDS[0],
+        loop.train(population, total_steps=512, population=len(SEEDS), seed=SEEDS[0],
                    **settings)
         for index, seed in enumerate(SEEDS):
             lone = _dir(f'a2c-{seed}')
-            loop.train(lone, total_steps=1024, seed=seed, **settings)
+            loop.train(lone, total_steps=512, seed=seed, **settings)
             records, alone = _records(_member(population, index)), _records(lone)
-            self.assertEqual([record['step'] for record in records], [512, 1024])
+            self.assertEqual([record['step'] for record in records], [256, 512])
             # The same run up to float rounding (batched matmuls round otherwise).
             np.testing.assert_allclose([record['mean_return'] for record in records],
                                        [record['mean_return'] for record in alone],

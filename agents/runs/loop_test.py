@@ -29,13 +29,15 @@ from agents.runs import (
     run_dir,
 )
 
-# Small and fast: Pendulum with its usual short-horizon PPO settings.
+# Small and fast: Pendulum with its usual short-horizon PPO settings, the update in graph mode
+# (compiling it with XLA costs each run seconds; the tests of XLA and of learning turn it on).
 PENDULUM = """
 train.algorithm = @PPO
 PPO.discount = 0.9
 PPO.learning_rate = 1e-3
 PPO.num_epochs = 10
 PPO.num_minibatches = 16
+PPO.jit_compile = False
 """
 
 
@@ -126,14 +128,15 @@ def resumed_run():
     return logdir, restored, steps, again
 
 
-# A native run (deterministic on CPU), 256 steps per iteration: evaluations at 1024, 2048 and
-# 2560 (the end). Stopped at NATIVE_STOP, it stops at 1536, where no evaluation is due. Without
+# A native run (deterministic on CPU), 128 steps per iteration: evaluations at 256, 512 and
+# 640 (the end). Stopped at NATIVE_STOP, it stops at 384, where no evaluation is due. Without
 # XLA, as configs/pendulum_native.gin, and faster to build (XLA ends bit-for-bit equal too).
-NATIVE = dict(env_id='Pendulum-v1', env_backend='native', num_envs=8, rollout_length=32,
-              eval_every_steps=1000, eval_episodes=2, seed=5, jit_compile=False)
-NATIVE_STEPS = 2560
-NATIVE_STOP = 1300
-NATIVE_STOPPED_AT = 1536
+NATIVE = dict(env_id='Pendulum-v1', env_backend='native', num_envs=4, rollout_length=32,
+              eval_every_steps=250, eval_episodes=2, seed=5, jit_compile=False)
+NATIVE_STEPS = 640
+NATIVE_STOP = 300
+NATIVE_STOPPED_AT = 384
+NATIVE_EVALUATIONS = [256, 512, NATIVE_STEPS]
 # What differs between equal runs: the clock, and how often each saved.
 UNTIMED = ('_CHECKPOINTABLE_OBJECT_GRAPH', 'save_counter/', 'wall_time/', 'steps_per_sec/')
 EVALUATION_RESULTS = ('step', 'mean_return', 'std_return', 'episodes', 'mean_length')
@@ -191,6 +194,7 @@ class TrainerTest(parameterized.TestCase):
         ('gymnasium', dict(env_backend='gymnasium', env_mode='in_process')),
         ('native', dict(env_backend='native')))
     def test_pendulum_return_improves(self, backend):
+        gin.bind_parameter('PPO.jit_compile', True)  # As trained runs update.
         logdir = self.create_tempdir().full_path
         last = loop.train(
             logdir, env_id='Pendulum-v1', total_steps=30720, num_envs=16, rollout_length=128,
@@ -296,11 +300,11 @@ class TrainerTest(parameterized.TestCase):
     def test_native_backend_runs_discrete_actions_under_xla(self):
         gin.bind_parameter('PPO.policy_network', networks.FeedForwardCategoricalPolicy)
         logdir = self.create_tempdir().full_path
-        loop.train(logdir, env_id='CartPole-v1', total_steps=1024, num_envs=8,
+        loop.train(logdir, env_id='CartPole-v1', total_steps=512, num_envs=4,
                       rollout_length=32, wrappers=(), env_backend='native', jit_compile=True,
-                      native_dtype='float32', eval_every_steps=512, eval_episodes=2, seed=0)
+                      native_dtype='float32', eval_every_steps=256, eval_episodes=2, seed=0)
         metrics = read_metrics(logdir)
-        self.assertEqual([m['step'] for m in metrics], [512, 1024])
+        self.assertEqual([m['step'] for m in metrics], [256, 512])
         for record in metrics:
             self.assertBetween(record['mean_length'], 8, 500)
 
@@ -312,16 +316,16 @@ class TrainerTest(parameterized.TestCase):
         logdir = self.create_tempdir().full_path
         with mock.patch.object(tf.config.threading, 'get_inter_op_parallelism_threads',
                                return_value=1), self.assertLogs(level='WARNING') as logs:
-            with loop.training_run(logdir, env_id='Pendulum-v1', total_steps=512, num_envs=8,
+            with loop.training_run(logdir, env_id='Pendulum-v1', total_steps=256, num_envs=4,
                                    rollout_length=32, env_backend='native', jit_compile=True,
-                                   native_dtype='float32', eval_every_steps=256,
+                                   native_dtype='float32', eval_every_steps=128,
                                    eval_episodes=2, seed=0) as run:
                 self.assertFalse(run.training_step.compiled._jit_compile)
                 self.assertTrue(run.training_step.rollout._jit_compile)
                 run.run()
         self.assertIn('set configure_threads.inter_op_threads = 2', '\n'.join(logs.output))
         metrics = read_metrics(logdir)
-        self.assertEqual([m['step'] for m in metrics], [256, 512])
+        self.assertEqual([m['step'] for m in metrics], [128, 256])
         self.assertTrue(all(np.isfinite(m['mean_return']) for m in metrics))
 
     def test_native_backend_mistakes(self):
@@ -440,7 +444,8 @@ class TrainerTest(parameterized.TestCase):
         uninterrupted, stopped, continued, stop, restored = native_runs()
         # The stop came at the first iteration end past NATIVE_STOP, saved and evaluated.
         self.assertEqual(stop['step'], NATIVE_STOPPED_AT)
-        self.assertEqual([m['step'] for m in read_metrics(stopped)], [1024, NATIVE_STOPPED_AT])
+        self.assertEqual([m['step'] for m in read_metrics(stopped)],
+                         [NATIVE_EVALUATIONS[0], NATIVE_STOPPED_AT])
         self.assertTrue(os.path.isfile(os.path.join(
             stopped, run_dir.CHECKPOINT_DIR, f'ckpt-{NATIVE_STOPPED_AT}.index')))
         self.assertTrue(os.path.isdir(os.path.join(stopped, 'policy', str(NATIVE_STOPPED_AT))))
@@ -448,10 +453,10 @@ class TrainerTest(parameterized.TestCase):
         # Every evaluation of the uninterrupted run, also after the stop's extra one, is the
         # continued run's: evaluations depend on the weights and the step alone.
         expected = read_metrics(uninterrupted)
-        self.assertEqual([m['step'] for m in expected], [1024, 2048, NATIVE_STEPS])
+        self.assertEqual([m['step'] for m in expected], NATIVE_EVALUATIONS)
         results = {m['step']: {key: m[key] for key in EVALUATION_RESULTS}
                    for m in read_metrics(continued)}
-        self.assertEqual(sorted(results), [1024, NATIVE_STOPPED_AT, 2048, NATIVE_STEPS])
+        self.assertEqual(sorted(results), sorted([*NATIVE_EVALUATIONS, NATIVE_STOPPED_AT]))
         for record in expected:
             self.assertEqual(results[record['step']],
                              {key: record[key] for key in EVALUATION_RESULTS})
@@ -469,7 +474,7 @@ class TrainerTest(parameterized.TestCase):
              'rollout/episode_score/.ATTRIBUTES/VARIABLE_VALUE',
              'rollout/agent/pending_reset/.ATTRIBUTES/VARIABLE_VALUE'], names)
         self.assertEqual(readers[0].get_tensor('agent/update_count/.ATTRIBUTES/VARIABLE_VALUE'),
-                         NATIVE_STEPS // 256)
+                         NATIVE_STEPS // 128)
         compared = [name for name in names if not name.startswith(UNTIMED)]
         self.assertGreater(len(compared), 30)
         for name in compared:

@@ -16,7 +16,8 @@ from agents.algorithms.ppo import ppo
 from agents.runs import loop, policy_export, restore, run_config, run_dir
 from agents.tools import envpool_atari, rendering
 
-# A tiny Pendulum run: three evaluations (256, 512, 768), two checkpoints kept.
+# A tiny Pendulum run: three evaluations (256, 512, 768), two checkpoints kept; the update in
+# graph mode (these tests are not about XLA, whose compilation costs seconds).
 TINY_RUN = """
 train.algorithm = @PPO
 train.env_id = 'Pendulum-v1'
@@ -28,6 +29,7 @@ train.eval_every_steps = 256
 train.eval_episodes = 1
 train.checkpoints_to_keep = 2
 PPO.num_minibatches = 4
+PPO.jit_compile = False
 """
 
 
