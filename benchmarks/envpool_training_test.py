@@ -46,7 +46,11 @@ class RunTest(absltest.TestCase):
              'benchmarks.envpool_training', '--gin_file=configs/pendulum.gin', '--pairs=1',
              '--steps=256', '--warmup_steps=64', '--gin_bindings=train.num_envs = 2',
              '--gin_bindings=train.rollout_length = 32', "--gin_bindings=train.env_mode = "
-             "'in_process'", f'--workdir={workdir}/runs', f'--output_json={output}'],
+             "'in_process'", '--gin_bindings=train.eval_episodes = 1',
+             # The update uncompiled: XLA's and Grappler's work would outlast these runs.
+             '--gin_bindings=PPO.num_minibatches = 4', '--gin_bindings=PPO.jit_compile = False',
+             '--gin_bindings=train.optimize_graphs = False',
+             f'--workdir={workdir}/runs', f'--output_json={output}'],
             check=True, cwd=run_config.PACKAGE_ROOT, capture_output=True,
             env=dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT))
         with open(output) as f:

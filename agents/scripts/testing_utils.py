@@ -24,6 +24,13 @@ train.eval_episodes = 1
 PPO.num_minibatches = 4
 """
 
+# Bindings for a tiny run whose tests are not about compilation: the update runs as a graph that
+# neither XLA nor Grappler optimizes, which would take longer than the run itself.
+UNCOMPILED = """
+PPO.jit_compile = False
+train.optimize_graphs = False
+"""
+
 
 def train_tiny_run(logdir, env_id='Pendulum-v1', bindings=''):
     """Trains a tiny run into `logdir` through gin, as the train binary would."""

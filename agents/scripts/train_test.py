@@ -1,4 +1,5 @@
-"""End-to-end tests of the train binary: a short run, resume, and every kind of bad input."""
+"""End-to-end tests of the train binary: short runs, resume, and the bad input that
+//reliability:bad_input_test (the catalogue of docs/errors.md) cannot set up."""
 
 import json
 import math
@@ -15,10 +16,14 @@ from agents.runs import run_config
 from agents.storage import gcs_testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# One iteration of 256 steps and its evaluation. The update runs as a graph that neither XLA nor
+# Grappler optimizes, which would take longer than such runs (the XLA cache's test binds its own).
+UNCOMPILED = ['--gin_bindings=PPO.jit_compile = False',
+              '--gin_bindings=train.optimize_graphs = False']
 TINY = ['--gin_bindings=train.total_steps = 256', '--gin_bindings=train.num_envs = 4',
         '--gin_bindings=train.rollout_length = 64', '--gin_bindings=train.eval_every_steps = 256',
         '--gin_bindings=train.eval_episodes = 1', "--gin_bindings=train.env_mode = 'in_process'",
-        '--gin_bindings=PPO.num_minibatches = 4']
+        '--gin_bindings=PPO.num_minibatches = 4', *UNCOMPILED]
 
 
 def run_train(*args, cwd=None, env=None):
@@ -52,9 +57,10 @@ def snapshot(directory):
 
 class TrainBinaryTest(absltest.TestCase):
 
-    def test_trains_into_a_relative_logdir_and_resumes(self):
+    def test_trains_into_a_relative_logdir_resumes_and_only_its_budget_can_be_raised(self):
         cwd = self.create_tempdir().full_path
-        first = run_train('--gin_file=configs/pendulum.gin', '--logdir=runs/a', *TINY, cwd=cwd)
+        command = ['--gin_file=configs/pendulum.gin', '--logdir=runs/a', *TINY]
+        first = run_train(*command, cwd=cwd)
         self.assertEqual(first.returncode, 0, first.stderr[-3000:])
         logdir = os.path.join(cwd, 'runs', 'a')
         for name in ('config.gin', 'operative_config.gin', 'metrics.jsonl', 'checkpoints'):
@@ -71,10 +77,27 @@ class TrainBinaryTest(absltest.TestCase):
             self.assertNotIn(noise, first.stderr)
         # The same command again finds the finished run and changes nothing.
         before = snapshot(os.path.join(logdir, 'checkpoints'))
-        second = run_train('--gin_file=configs/pendulum.gin', '--logdir=runs/a', *TINY, cwd=cwd)
+        second = run_train(*command, cwd=cwd)
         self.assertEqual(second.returncode, 0, second.stderr[-3000:])
         self.assertIn('Resumed from', second.stderr)
         self.assertEqual(snapshot(os.path.join(logdir, 'checkpoints')), before)
+        # Its budget can be raised, and nothing else.
+        raised = run_train(*command, '--gin_bindings=train.total_steps = 512', cwd=cwd)
+        self.assertEqual(raised.returncode, 0, raised.stderr[-3000:])
+        self.assertIn('Raising the budget of the run in', raised.stderr)
+        self.assertIn('from train.total_steps = 256 to 512', raised.stderr)
+        self.assertRegex(raised.stderr, r'Resumed from \S+ckpt-256 at step 256')
+        self.assertEqual(metric_steps(logdir), [256, 512])
+        with open(os.path.join(logdir, 'config.gin')) as f:
+            self.assertIn('train.total_steps = 512\n', f.read())
+        # Any other change is refused, also beside a raised budget (run_config_test has the
+        # lowered one).
+        before = snapshot(logdir)
+        refused = run_train(*command, '--gin_bindings=train.total_steps = 1024',
+                            '--gin_bindings=PPO.learning_rate = 1e-4', cwd=cwd)
+        self.assert_fails(refused, 'holds a run of a different configuration')
+        self.assertIn('+PPO.learning_rate = 0.0001', refused.stderr)
+        self.assertEqual(snapshot(logdir), before)
 
     def test_stop_at_step_stops_and_a_rerun_continues(self):
         cwd = self.create_tempdir().full_path
@@ -133,36 +156,6 @@ class TrainBinaryTest(absltest.TestCase):
         refused = run_train(*command[:1], '--logdir=lone', *command[2:], cwd=cwd)
         self.assertEqual(refused.returncode, 1)
         self.assertIn('holds no population.gin: not a BatchPPO population', refused.stderr)
-
-    def test_stop_at_step_zero_is_refused(self):
-        cwd = self.create_tempdir().full_path
-        refused = run_train('--gin_file=configs/pendulum.gin', '--logdir=run', *TINY,
-                            '--stop_at_step=0', cwd=cwd)
-        self.assert_fails(refused, 'flag --stop_at_step=0: 0 is not a positive integer')
-        self.assertEqual(os.listdir(cwd), [])
-
-    def test_a_finished_runs_budget_can_be_raised_and_nothing_else(self):
-        cwd = self.create_tempdir().full_path
-        command = ['--gin_file=configs/pendulum.gin', '--logdir=run', *TINY]
-        logdir = os.path.join(cwd, 'run')
-        first = run_train(*command, cwd=cwd)
-        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
-        raised = run_train(*command, '--gin_bindings=train.total_steps = 512', cwd=cwd)
-        self.assertEqual(raised.returncode, 0, raised.stderr[-3000:])
-        self.assertIn('Raising the budget of the run in', raised.stderr)
-        self.assertIn('from train.total_steps = 256 to 512', raised.stderr)
-        self.assertRegex(raised.stderr, r'Resumed from \S+ckpt-256 at step 256')
-        self.assertEqual(metric_steps(logdir), [256, 512])
-        with open(os.path.join(logdir, 'config.gin')) as f:
-            self.assertIn('train.total_steps = 512\n', f.read())
-        # Any other change is refused, also beside a raised budget (run_config_test has the
-        # lowered one).
-        before = snapshot(logdir)
-        refused = run_train(*command, '--gin_bindings=train.total_steps = 1024',
-                            '--gin_bindings=PPO.learning_rate = 1e-4', cwd=cwd)
-        self.assert_fails(refused, 'holds a run of a different configuration')
-        self.assertIn('+PPO.learning_rate = 0.0001', refused.stderr)
-        self.assertEqual(snapshot(logdir), before)
 
     def test_xla_cache_is_reused_and_a_damaged_one_moved_aside(self):
         cwd = self.create_tempdir().full_path
@@ -227,18 +220,18 @@ class TrainBinaryTest(absltest.TestCase):
 
     def test_envpool_backend_trains_and_its_policy_acts_in_gymnasium(self):
         cwd = self.create_tempdir().full_path
-        # pendulum.gin binds env_mode for the Gymnasium backend: EnvPool ignores it.
-        result = run_train('--logdir=run', '--gin_file=configs/pendulum.gin',
+        # TINY binds env_mode for the Gymnasium backend, as pendulum.gin does: EnvPool ignores it.
+        result = run_train('--logdir=run', '--gin_file=configs/pendulum.gin', *TINY,
                            "--gin_bindings=train.env_backend='envpool'",
-                           '--gin_bindings=train.total_steps=4096', cwd=cwd)
+                           '--gin_bindings=train.eval_episodes = 2', cwd=cwd)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertIn('Done: 4096 steps', result.stderr)
+        self.assertIn('Done: 256 steps', result.stderr)
         self.assertNotIn('precision lowered', result.stderr)  # EnvPool's spaces, quietly.
         logdir = os.path.join(cwd, 'run')
         with open(os.path.join(logdir, 'metrics.jsonl')) as f:
             (record,) = [json.loads(line) for line in f if line.strip()]
         self.assertEqual((record['step'], record['episodes'], record['mean_length']),
-                         (4096, 10, 200.0))
+                         (256, 2, 200.0))
         # Finite, and a Pendulum return: 200 steps of rewards in [-16.3, 0].
         self.assertTrue(math.isfinite(record['mean_return']), record)
         self.assertTrue(math.isfinite(record['std_return']), record)
@@ -252,11 +245,14 @@ class TrainBinaryTest(absltest.TestCase):
 
     def test_atari_trains_from_frames_and_evaluates_whole_unclipped_games(self):
         cwd = self.create_tempdir().full_path
+        # One iteration of 4 x 32 frames: learning is not the point.
         result = run_train('--logdir=run', '--gin_file=configs/atari_pong.gin',
-                           '--gin_bindings=train.total_steps=2048',
-                           '--gin_bindings=train.eval_episodes=2', cwd=cwd)
+                           '--gin_bindings=train.num_envs=4',
+                           '--gin_bindings=train.rollout_length=32',
+                           '--gin_bindings=train.total_steps=128',
+                           '--gin_bindings=train.eval_episodes=2', *UNCOMPILED, cwd=cwd)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertIn('Done: 2048 steps', result.stderr)
+        self.assertIn('Done: 128 steps', result.stderr)
         logdir = os.path.join(cwd, 'run')
         with open(os.path.join(logdir, 'metrics.jsonl')) as f:
             (record,) = [json.loads(line) for line in f if line.strip()]
@@ -266,7 +262,7 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertBetween(record['mean_return'], -21.0, 21.0)
         self.assertGreater(record['mean_length'], 500)
         # Its exported policy takes uint8 frames and plays whole games too.
-        policy = os.path.join(logdir, 'policy', '2048')
+        policy = os.path.join(logdir, 'policy', '128')
         evaluated = run_evaluate(f'--policy={policy}', '--num_episodes=1')
         self.assertEqual(evaluated.returncode, 0, evaluated.stderr[-3000:])
         metrics = json.loads(evaluated.stdout)
@@ -294,40 +290,6 @@ class TrainBinaryTest(absltest.TestCase):
         self.assertNotIn('Traceback', result.stderr)
         self.assertEqual(os.listdir(cwd), [])
 
-    def test_missing_gin_file(self):
-        self.assert_fails(run_train('--gin_file=nope.gin', cwd=self.create_tempdir().full_path),
-                          "train: error: gin file 'nope.gin' not found")
-
-    def test_unknown_binding(self):
-        cwd = self.create_tempdir().full_path
-        result = run_train('--gin_file=configs/pendulum.gin', '--gin_bindings=NoSuchThing.x = 1',
-                           '--logdir=run', cwd=cwd)
-        self.assert_fails(result, 'train: error: invalid gin configuration')
-        self.assertIn('NoSuchThing', result.stderr)
-        self.assertEqual(os.listdir(cwd), [])
-
-    def test_unknown_env_id(self):
-        cwd = self.create_tempdir().full_path
-        result = run_train('--gin_file=configs/pendulum.gin',
-                           "--gin_bindings=train.env_id = 'NoSuchEnv-v0'", '--logdir=run', cwd=cwd)
-        self.assert_fails(result, "train: error: unknown env id 'NoSuchEnv-v0'")
-        self.assertEqual(os.listdir(cwd), [])
-
-    def test_unwritable_logdir(self):
-        blocker = self.create_tempfile('file').full_path
-        result = run_train('--gin_file=configs/pendulum.gin', f'--logdir={blocker}/run')
-        self.assert_fails(result, 'train: error: cannot write to logdir')
-
-    def test_logdir_of_another_config_is_untouched(self):
-        logdir = self.create_tempdir().full_path
-        run_config.prepare_logdir(logdir, 'train.env_id = "CartPole-v1"\n')
-        with open(os.path.join(logdir, 'metrics.jsonl'), 'w') as f:
-            f.write('{"step": 1}\n')
-        before = snapshot(logdir)
-        result = run_train('--gin_file=configs/pendulum.gin', f'--logdir={logdir}')
-        self.assert_fails(result, 'holds a run of a different configuration')
-        self.assertEqual(snapshot(logdir), before)
-
 
 # Three evaluations, the first well before the end: a signal after it stops the run midway.
 BUCKET_RUN = ['--gin_bindings=train.total_steps = 6144', '--gin_bindings=train.num_envs = 4',
@@ -335,7 +297,7 @@ BUCKET_RUN = ['--gin_bindings=train.total_steps = 6144', '--gin_bindings=train.n
               '--gin_bindings=train.eval_every_steps = 2048',
               '--gin_bindings=train.eval_episodes = 1',
               "--gin_bindings=train.env_mode = 'in_process'",
-              '--gin_bindings=PPO.num_minibatches = 4']
+              '--gin_bindings=PPO.num_minibatches = 4', *UNCOMPILED]
 TOTAL_STEPS = 6144
 
 
