@@ -197,7 +197,7 @@ class SweepTest(absltest.TestCase):
             """)
         result = run_sweep(cwd, '--spec=spec.yaml', '--output_dir=out')
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn('sweep: error: spec.yaml:12: grid parameter PPO.learnig_rate', result.stderr)
+        self.assertIn('sweep: error: spec.yaml:14: grid parameter PPO.learnig_rate', result.stderr)
         self.assertIn("doesn't have a parameter named 'learnig_rate'", result.stderr)
         self.assertEqual(os.listdir(cwd), ['spec.yaml'])
 
@@ -238,10 +238,13 @@ class PackedSweepTest(absltest.TestCase):
 
     def test_trials_packed_into_populations_are_recorded_as_trials(self):
         cwd = self.create_tempdir().full_path
+        # Without XLA, whose compilation of the population's program would cost more than
+        # its training; packing does not depend on it.
         with open(os.path.join(cwd, 'spec.yaml'), 'w') as f:
             f.write(textwrap.dedent("""\
                 gin_files: [configs/pendulum_native.gin]
-                bindings: {train.eval_every_steps: 2048, train.eval_episodes: 2}
+                bindings: {train.eval_every_steps: 2048, train.eval_episodes: 2,
+                           train.jit_compile: false}
                 budget: {env_steps: 4096, timeout_s: 600}
                 seeds: [0, 1]
                 grid:
