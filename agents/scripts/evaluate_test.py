@@ -63,7 +63,7 @@ class EvaluateTest(absltest.TestCase):
         by_checkpoint = self.evaluate(logdir=self.logdir, num_episodes=2, seed=3)
         self.assertEqual(by_checkpoint['checkpoint'],
                          os.path.join(self.logdir, 'checkpoints', 'ckpt-512'))
-        # Equal up to float rounding: both run XLA-compiled, but as different programs.
+        # Equal up to float rounding: one policy, run as two programs (checkpoint and export).
         np.testing.assert_allclose(by_policy['returns'], by_checkpoint['returns'], rtol=1e-5)
         earlier = self.evaluate(logdir=self.logdir, checkpoint='256', num_episodes=2, seed=3)
         self.assertEqual(earlier['step'], 256)
