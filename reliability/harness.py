@@ -173,14 +173,23 @@ class Forked:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-    def wait(self, timeout):
-        """Waits up to `timeout` s for the end (else kills it: subprocess.TimeoutExpired)."""
-        deadline = time.monotonic() + timeout
+    def wait_for_status(self, timeout=None):
+        """Waits up to `timeout` s (None: without limit) for the end; returns the exit status
+        (subprocess.TimeoutExpired, the child left running, when it has not ended)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            if time.monotonic() > deadline:
-                self.kill()
+            if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self._main, timeout)
             time.sleep(0.01)
+        return self.returncode
+
+    def wait(self, timeout):
+        """Waits up to `timeout` s for the end (else kills it: subprocess.TimeoutExpired)."""
+        try:
+            self.wait_for_status(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
         outputs = []
         for file in self._outputs:
             file.seek(0)
@@ -215,15 +224,18 @@ def run_forked(main, *, timeout=300, cwd=None, env=None):
     return Forked(main, cwd=cwd, env=env).wait(timeout)
 
 
+def _run_module_as_main(module, args):
+    """What `python -m module args...` does once the interpreter has started."""
+    sys.path.insert(0, os.getcwd())
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name='__main__', alter_sys=True)
+
+
 def start_module_forked(module, *args, cwd=None, env=None):
     """`python -m module args...` started in a Forked process (after `preload()`): the module
     runs as `__main__` with `args` as its arguments and its working directory first on
     sys.path."""
-    def main():
-        sys.path.insert(0, os.getcwd())
-        sys.argv = [module, *args]
-        runpy.run_module(module, run_name='__main__', alter_sys=True)
-    return Forked(main, cwd=cwd, env=env)
+    return Forked(lambda: _run_module_as_main(module, args), cwd=cwd, env=env)
 
 
 def run_module_forked(module, *args, timeout=300, cwd=None, env=None):
@@ -324,9 +336,7 @@ class ForkedBinary(Binary):
         def main():
             os.dup2(log, 1)
             os.dup2(log, 2)
-            sys.path.insert(0, os.getcwd())
-            sys.argv = [module, *args]
-            runpy.run_module(module, run_name='__main__', alter_sys=True)
+            _run_module_as_main(module, args)
         self.process = _PopenOfForked(Forked(main, cwd=cwd or ROOT, env=env))
         self.pid = self.process.pid
 
@@ -346,12 +356,7 @@ class _PopenOfForked:
         return self._forked.poll()
 
     def wait(self, timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.pid, timeout)
-            time.sleep(0.01)
-        return self.returncode
+        return self._forked.wait_for_status(timeout)
 
 
 class TrainerTestCase(absltest.TestCase):
