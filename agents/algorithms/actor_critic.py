@@ -270,7 +270,7 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
         if self._scale_reward:
             self.reward_scaler.update(reward, done)
             reward = self.reward_scaler.scale(reward)
-        next_value = self.state_value(self.normalize(batch['next_observ']))
+        next_value = self._next_value(batch, truncated)
 
         def time_major(tensor):  # [K, T, N] <-> [T, K, N]: GAE recurs over time.
             return tf.transpose(tensor, [1, 0, 2])
@@ -280,6 +280,24 @@ class ActorCritic(algorithm.OnPolicyAlgorithm):
                               truncated)),
             self.hyperparameter('discount')[:, None], self.hyperparameter('gae_lambda')[:, None])
         return reward, time_major(advantage), time_major(return_), done
+
+    def _next_value(self, batch, truncated):
+        """V(next_observ) `[K, T, N]` where GAE reads it. Where an episode goes on, the next
+        observation is the one the next step acted on, whose value the rollout recorded with the
+        same weights and observation statistics (they change only in the update); so, as in
+        CleanRL and SB3, only the last step's next observations take a pass of the value
+        network, unless an episode was truncated before the last step (its final observation
+        bootstraps): then every step's do, for that member alone. For frames that saves a pass
+        over the batch."""
+        last = self.state_value(self.normalize(batch['next_observ'][:, -1:]))
+        recorded = tf.concat([batch['extras']['value'][:, 1:], last], axis=1)
+        truncated_before_last = tf.reduce_any(truncated[:, :-1], axis=[1, 2])  # [K]
+
+        def computed():
+            return tf.where(truncated_before_last[:, None, None],
+                            self.state_value(self.normalize(batch['next_observ'])), recorded)
+
+        return tf.cond(tf.reduce_any(truncated_before_last), computed, lambda: recorded)
 
     def _anneal_learning_rate(self):
         """Sets each member's learning rate for this update: linear decay to zero over

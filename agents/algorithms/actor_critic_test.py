@@ -38,18 +38,23 @@ def _population(members=MEMBERS, **kwargs):
                           **kwargs)
 
 
-def _batch(agent, steps=4, reward=1.0):
+def _batch(agent, steps=4, reward=1.0, truncated_at=None):
     """A time-major batch `[T, K * num_envs, ...]`; member 0's first environment ends an
-    episode at step 1."""
+    episode at step 1, terminated (or truncated at `truncated_at`, a step). The recorded values
+    (0.5) are not the value network's, so that targets show which of the two they used."""
     num_envs = agent.num_members * agent.num_envs
     observ = tf.random.stateless_normal([steps, num_envs, 3], seed=[1, 2])
-    done = np.zeros([steps, num_envs], bool)
-    done[1, 0] = True
+    terminated = np.zeros([steps, num_envs], bool)
+    truncated = np.zeros([steps, num_envs], bool)
+    if truncated_at is None:
+        terminated[1, 0] = True
+    else:
+        truncated[truncated_at, 0] = True
     return {
         'observ': observ, 'next_observ': observ + 1.0,
         'action': tf.zeros([steps, num_envs, 1]),
         'reward': tf.fill([steps, num_envs], reward),
-        'terminated': tf.constant(done), 'truncated': tf.zeros_like(done),
+        'terminated': tf.constant(terminated), 'truncated': tf.constant(truncated),
         'extras': {'value': tf.fill([steps, num_envs], 0.5)},
     }
 
@@ -90,16 +95,24 @@ class ActorCriticTest(parameterized.TestCase):
             for stacked, lone in zip(agent._trainable, member._trainable, strict=True):
                 np.testing.assert_array_equal(stacked[index], lone[0])
 
-    @parameterized.parameters(False, True)
-    def test_targets_are_gae_of_each_members_block(self, population):
+    @parameterized.parameters((False, None), (True, None), (False, 1), (True, 1), (False, 3))
+    def test_targets_are_gae_of_each_members_block(self, population, truncated_at):
         agent = _population() if population else _Objectiveless(gae_lambda=0.8)
         factors = ([(member['discount'], member['gae_lambda']) for member in MEMBERS]
                    if population else [(0.9, 0.8)])
-        batch = _batch(agent)
+        batch = _batch(agent, truncated_at=truncated_at)
         member_major = tf.nest.map_structure(agent.member_major, batch)
         self.assertEqual(member_major['observ'].shape, (agent.num_members, 4, 2, 3))
         reward, advantage, return_, done = agent._targets(member_major)
-        next_value = agent.value(agent.normalize(member_major['next_observ']))
+        computed = agent.value(agent.normalize(member_major['next_observ'])).numpy()
+        # An episode goes on where the next step's recorded value serves: the value network
+        # runs on the last step's next observations alone...
+        recorded = agent.member_major(batch['extras']['value']).numpy()
+        next_value = np.concatenate([recorded[:, 1:], computed[:, -1:]], axis=1)
+        if truncated_at == 1:
+            # ...unless the member's episode was truncated before the last step: its final
+            # observation bootstraps (member 0's; the others' blocks are left as they are).
+            next_value[0] = computed[0]
         for index, (discount, gae_lambda) in enumerate(factors):
             block = slice(index * agent.num_envs, (index + 1) * agent.num_envs)
             expected = advantages.generalized_advantage_estimation(
@@ -109,7 +122,19 @@ class ActorCriticTest(parameterized.TestCase):
             np.testing.assert_allclose(advantage[index], expected[0], rtol=1e-6)
             np.testing.assert_allclose(return_[index], expected[1], rtol=1e-6)
             np.testing.assert_array_equal(reward[index], batch['reward'][:, block])  # Unscaled.
-            np.testing.assert_array_equal(done[index], batch['terminated'][:, block])
+            np.testing.assert_array_equal(
+                done[index], (batch['terminated'] | batch['truncated'])[:, block])
+
+    def test_recorded_values_are_the_value_networks_where_episodes_go_on(self):
+        # What the targets rely on: a rollout records V(observ) with the weights and statistics
+        # the update starts from, so the next step's recorded value is V(next_observ).
+        agent = _population()
+        observ = tf.random.stateless_normal([3, agent.num_members * agent.num_envs, 3], [3, 4])
+        recorded = tf.stack([agent.act(frame, agent.initial_state(len(frame)),
+                                       tf.zeros([len(frame)], tf.bool))[1]['value']
+                             for frame in observ])
+        computed = agent.value(agent.normalize(agent.member_major(observ)))
+        np.testing.assert_allclose(agent.member_major(recorded), computed, rtol=1e-5, atol=1e-6)
 
     def test_nonfinite_loss_or_gradient_is_never_applied(self):
         agent = _Objectiveless()

@@ -255,7 +255,7 @@ class PPO(actor_critic.ActorCritic):
 
     def _train_minibatches(self, data, initial_state, minibatch_indices):
         """Epochs x shuffled minibatches as one in-graph loop (or two side by side, one per
-        network), then the KL penalty adaptation."""
+        network), then, for the KL penalty objective, its adaptation."""
         if self.concurrent_networks:
             policy, value = (self._network_programs[network](data, initial_state,
                                                               minibatch_indices)
@@ -277,18 +277,20 @@ class PPO(actor_critic.ActorCritic):
                 data, initial_state, minibatch_indices)
             metrics = {name: total / tf.maximum(num_applied, 1.0) for name, total in sums.items()}
 
-        # KL between the behaviour policy and the updated one over the whole batch.
-        policy = self.policy.distribution(
-            self.policy.sequence(data['observ'], initial_state, data['reset']))
-        old_policy = self.policy.distribution(data['policy_params'])
-        final_kl = members.mean(old_policy.kl_divergence(policy))
         if self.objective_name == 'kl_penalty':
+            # The penalty adapts to the KL between the behaviour policy and the updated one over
+            # the whole batch: one more pass of the policy, which the clipped objective skips
+            # (as CleanRL and SB3; its `kl` metric is the mean over the gradient steps).
+            policy = self.policy.distribution(
+                self.policy.sequence(data['observ'], initial_state, data['reset']))
+            old_policy = self.policy.distribution(data['policy_params'])
+            final_kl = members.mean(old_policy.kl_divergence(policy))
             low, high = self._kl['tolerance']
             target, change = self._kl['target'], self._kl['penalty_change']
             self.kl_penalty.assign(self.kl_penalty * tf.where(
                 final_kl > high * target, change,
                 tf.where(final_kl < low * target, 1.0 / change, 1.0)))
-        metrics['final_kl'] = final_kl
+            metrics['final_kl'] = final_kl
         metrics['num_gradient_steps'] = num_applied
         metrics['nonfinite'] = self.nonfinite_report(nonfinite)
         return metrics
