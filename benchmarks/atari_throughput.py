@@ -165,6 +165,19 @@ def cleanrl_args(gin_files, bindings):
         gin.clear_config()
 
 
+def torso_dtype(gin_files, bindings):
+    """What our Nature CNN computes in under `gin_files` and `bindings`, 'auto' resolved on this
+    machine (conv_torsos.resolve_compute_dtype): 'float32' as CleanRL, or 'bfloat16'."""
+    from agents.algorithms import conv_torsos, registry  # noqa: F401, PLC0415 - TensorFlow.
+
+    run_config.load(gin_files, bindings)
+    try:
+        read = train_throughput.gin_reader('NatureCNN', conv_torsos.NatureCNN.__init__)
+        return conv_torsos.resolve_compute_dtype(read('compute_dtype')).name
+    finally:
+        gin.clear_config()
+
+
 def cleanrl_command(python, args, metrics_file, seed, warmup_steps, torch_threads):
     """The peers' `python` running cleanrl_atari_runner.py with `args` ({flag: value})."""
     return ([python, RUNNER] + [f'--{flag}={value}' for flag, value in args.items()] +
@@ -300,7 +313,9 @@ def main(argv):
         args = cleanrl_args(gin_files, bindings)
     except (UnsupportedSetting, run_config.ConfigError) as error:
         raise app.UsageError(str(error)) from error
-    print(f'settings: {json.dumps(args)}', flush=True)
+    dtype = torso_dtype(gin_files, bindings)
+    print(f'settings: {json.dumps(args)}; our torso computes in {dtype}, CleanRL\'s in float32',
+          flush=True)
     python = train_throughput.peers_python()
     workdir = FLAGS.workdir or tempfile.mkdtemp(prefix='atari_throughput-')
     ours_env = dict(os.environ, PYTHONPATH=run_config.PACKAGE_ROOT)
@@ -350,7 +365,7 @@ def main(argv):
           f'{max(run["load_before"] for run in runs):.1f} on {os.cpu_count()} CPUs')
     if FLAGS.output_json:
         with open(FLAGS.output_json, 'w', encoding='utf-8') as f:
-            json.dump({'settings': args, 'runs': runs, 'phases': phases,
+            json.dump({'settings': args, 'torso_dtype': dtype, 'runs': runs, 'phases': phases,
                        'omp_wait_policy': FLAGS.omp_wait_policy,
                        'torch_threads': FLAGS.torch_threads}, f, indent=1)
 

@@ -9,6 +9,7 @@ import sys
 
 from absl.testing import absltest
 
+from agents.algorithms import conv_torsos
 from agents.runs import run_config
 from benchmarks import atari_throughput, peers_testing, progress_speed
 
@@ -53,6 +54,14 @@ class CleanRLArgsTest(absltest.TestCase):
             with self.subTest(binding=binding):
                 with self.assertRaisesRegex(atari_throughput.UnsupportedSetting, named):
                     cleanrl_args(binding)
+
+    def test_torso_dtype_is_the_configs_resolved_here(self):
+        native = 'bfloat16' if conv_torsos.native_bfloat16() else 'float32'
+        for binding, expected in (("NatureCNN.compute_dtype = 'float32'", 'float32'),
+                                  ("NatureCNN.compute_dtype = 'bfloat16'", 'bfloat16'),
+                                  ("NatureCNN.compute_dtype = 'auto'", native)):
+            with self.subTest(binding=binding):
+                self.assertEqual(atari_throughput.torso_dtype(GIN_FILES, [binding]), expected)
 
     def test_command_passes_the_flags(self):
         command = atari_throughput.cleanrl_command(

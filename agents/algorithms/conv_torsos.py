@@ -12,16 +12,52 @@ activations go without it: see networks.py's `_matmul` for why).
 """
 
 import math
+import os
 
 import gin
 import tensorflow as tf
+from absl import logging
 
 from agents.algorithms import members, networks
 
-# What the torsos compute in: float32, or bfloat16 with the weights kept float32 (mixed
+# What the torsos compute in: float32, bfloat16 with the weights kept float32 (mixed
 # precision: CPUs with AVX512-BF16 or AMX run the convolutions about twice as fast; the
-# features come out float32 either way).
-COMPUTE_DTYPES = ('float32', 'bfloat16')
+# features come out float32 either way), or 'auto': bfloat16 where `native_bfloat16()`, else
+# float32. The weights are float32 whichever runs, so checkpoints move between machines.
+COMPUTE_DTYPES = ('float32', 'bfloat16', 'auto')
+# /proc/cpuinfo's flags of the instructions oneDNN (TensorFlow's CPU kernels) computes
+# bfloat16 convolutions and matmuls with; without them bfloat16 is emulated, slower than float32.
+BFLOAT16_CPU_FLAGS = ('amx_bf16', 'avx512_bf16')
+
+
+def native_bfloat16(cpuinfo_path='/proc/cpuinfo'):
+    """Whether TensorFlow computes bfloat16 natively here: on the CPU (no GPU visible), with
+    oneDNN (not turned off by TF_ENABLE_ONEDNN_OPTS) and a CPU with one of BFLOAT16_CPU_FLAGS
+    (Linux's `cpuinfo_path`; elsewhere False)."""
+    if os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1').strip().lower() in ('0', 'false'):
+        return False
+    if tf.config.list_physical_devices('GPU'):
+        return False
+    try:
+        with open(cpuinfo_path) as cpuinfo:
+            lines = cpuinfo.read().splitlines()
+    except OSError:
+        return False
+    flags = {flag for line in lines if line.startswith('flags')
+             for flag in line.partition(':')[2].split()}
+    return any(flag in flags for flag in BFLOAT16_CPU_FLAGS)
+
+
+def resolve_compute_dtype(compute_dtype):
+    """The tf.DType a torso computes in for one of COMPUTE_DTYPES ('auto' resolved here)."""
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f'compute_dtype must be one of {COMPUTE_DTYPES}, got '
+                         f'{compute_dtype!r}.')
+    if compute_dtype == 'auto':
+        compute_dtype = 'bfloat16' if native_bfloat16() else 'float32'
+        logging.info("compute_dtype 'auto': the convolutional torso computes in %s.",
+                     compute_dtype)
+    return tf.as_dtype(compute_dtype)
 
 
 def _check_frame_shape(frame_shape):
@@ -86,10 +122,7 @@ class _Torso(tf.Module):
 
     def __init__(self, frame_shape, channels_last, seed, compute_dtype, name):
         super().__init__(name=name)
-        if compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f'compute_dtype must be one of {COMPUTE_DTYPES}, got '
-                             f'{compute_dtype!r}.')
-        self.compute_dtype = tf.as_dtype(compute_dtype)
+        self.compute_dtype = resolve_compute_dtype(compute_dtype)
         self.frame_shape = _check_frame_shape(frame_shape)
         self.channels_last = bool(channels_last)
         if self.channels_last:

@@ -3,6 +3,8 @@ against NumPy, initialization, parameter counts and the member axis (K members c
 batch, each as a lone torso of its seed)."""
 
 import math
+import os
+from unittest import mock
 
 import gin
 import numpy as np
@@ -340,9 +342,50 @@ class MixedPrecisionTest(parameterized.TestCase):
             cosine = np.sum(want * got) / (np.linalg.norm(want) * np.linalg.norm(got))
             self.assertGreater(cosine, 0.999)  # Bias gradients summed in float32.
 
+    def test_auto_computes_in_bfloat16_where_the_cpu_has_it(self):
+        expected = tf.bfloat16 if conv_torsos.native_bfloat16() else tf.float32
+        self.assertEqual(conv_torsos.NatureCNN(compute_dtype='auto').compute_dtype, expected)
+        self.assertEqual(conv_torsos.ImpalaCNN(compute_dtype='auto').compute_dtype, expected)
+
     def test_unknown_compute_dtype_is_refused(self):
         with self.assertRaisesRegex(ValueError, "compute_dtype must be one of .*'float16'"):
             conv_torsos.NatureCNN(compute_dtype='float16')
+
+
+class NativeBfloat16Test(absltest.TestCase):
+
+    def _cpuinfo(self, flags):
+        path = self.create_tempfile(content=(
+            'processor\t: 0\nmodel name\t: test\n'
+            f'flags\t\t: fpu sse2 avx2 {flags}\n\n'
+            'processor\t: 1\n'
+            f'flags\t\t: fpu sse2 avx2 {flags}\n')).full_path
+        return path
+
+    def test_cpu_flags_decide(self):
+        for flags, expected in (('avx512f amx_tile amx_bf16', True), ('avx512f avx512_bf16', True),
+                                ('avx512f avx512_vnni', False), ('', False)):
+            with self.subTest(flags=flags):
+                self.assertEqual(conv_torsos.native_bfloat16(self._cpuinfo(flags)), expected)
+
+    def test_no_cpuinfo_means_float32(self):
+        self.assertFalse(conv_torsos.native_bfloat16(
+            f'{self.create_tempdir().full_path}/no-cpuinfo'))
+
+    def test_onednn_turned_off_means_float32(self):
+        path = self._cpuinfo('amx_bf16 avx512_bf16')
+        for value in ('0', 'false', 'False'):
+            with self.subTest(value=value), mock.patch.dict(
+                    os.environ, {'TF_ENABLE_ONEDNN_OPTS': value}):
+                self.assertFalse(conv_torsos.native_bfloat16(path))
+        with mock.patch.dict(os.environ, {'TF_ENABLE_ONEDNN_OPTS': '1'}):
+            self.assertTrue(conv_torsos.native_bfloat16(path))
+
+    def test_a_visible_gpu_means_float32(self):
+        path = self._cpuinfo('amx_bf16')
+        with mock.patch.object(tf.config, 'list_physical_devices',
+                               lambda kind=None: ['gpu:0'] if kind == 'GPU' else []):
+            self.assertFalse(conv_torsos.native_bfloat16(path))
 
 
 class GinTest(absltest.TestCase):
