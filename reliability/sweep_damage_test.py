@@ -83,10 +83,19 @@ class SweepDamageTest(absltest.TestCase):
 
         # A second launcher beside a running one is refused, naming it; the first finishes.
         harness.wait_for(held, 300, 'the first launcher to hold output_dir')
-        # Refused, naming the holder (a launcher that waited for the lock would then run).
-        second = self.sweep()
+        copy = os.path.join(self.out, run_dir.SPEC_COPY)
+        with open(copy) as f:
+            stored = f.read()
+        # Refused, naming the holder (a launcher that waited for the lock would then run). Its
+        # spec has the same trials in other text (a comment), which a launcher holding
+        # output_dir would store; refused, it leaves the first's copy as it is.
+        sweep_testing.write_spec(self.cwd, '# The same trials.\n' + SCHEDULE,
+                                 name='same_trials.yaml')
+        second = self.sweep('--spec=same_trials.yaml')
         self.assert_refused(second, f'output_dir {self.out} is in use by another sweep launcher',
                             f'pid {first.pid}', 'choose another --output_dir')
+        with open(copy) as f:
+            self.assertEqual(f.read(), stored)
         finished = first.wait(900)
         self.assertEqual(finished.returncode, 0, finished.stderr[-3000:])
         with open(os.path.join(self.out, 'trials.jsonl')) as f:

@@ -107,11 +107,13 @@ def list_files(directory):
             not locations.basename(metadata.path).startswith(PROBE_PREFIX)}
 
 
-def is_empty_directory(path):
-    """Whether nothing is stored under `path` (a missing directory is empty)."""
+def is_empty_directory(path, ignore=()):
+    """Whether nothing is stored under `path` but files at its top named in `ignore` (a missing
+    directory is empty)."""
     if not locations.is_remote(path):
-        return not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path))
-    return not list_files(path)
+        return not os.path.exists(path) or (
+            os.path.isdir(path) and not set(os.listdir(path)) - set(ignore))
+    return not set(list_files(path)) - set(ignore)
 
 
 def delete(paths):

@@ -49,6 +49,9 @@ class LocalFilesTest(absltest.TestCase):
         self.assertTrue(file_io.is_empty_directory(os.path.join(self.dir, 'missing')))
         file_io.write_text(os.path.join(self.dir, 'x'), '')
         self.assertFalse(file_io.is_empty_directory(self.dir))
+        self.assertTrue(file_io.is_empty_directory(self.dir, ignore=('x', 'y')))
+        os.makedirs(os.path.join(self.dir, 'sub'))
+        self.assertFalse(file_io.is_empty_directory(self.dir, ignore=('x',)))
 
     def test_delete(self):
         path = os.path.join(self.dir, 'x')
@@ -122,6 +125,8 @@ class GcsFilesTest(absltest.TestCase):
         self.assertEqual(file_io.list_files('gs://runs/run/'),
                          {'metrics.jsonl': 12, 'checkpoints/ckpt-1.index': 5})
         self.assertFalse(file_io.is_empty_directory('gs://runs/run'))
+        self.assertFalse(file_io.is_empty_directory('gs://runs/run', ignore=('metrics.jsonl',)))
+        self.assertTrue(file_io.is_empty_directory('gs://runs/other', ignore=('x',)))
 
     def test_delete(self):
         file_io.write_text('gs://runs/run/a', 'a')

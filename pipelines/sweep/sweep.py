@@ -81,12 +81,17 @@ class StageError(Exception):
     """A stage's pipeline failed every attempt; the message says how and what is left."""
 
 
-def prepare_output_dir(output_dir, spec, spec_text):
-    """Stores the spec in `output_dir`, or checks that the stored one is the same sweep.
+# What a launcher's hold on its output_dir leaves there (hold_output_dir): no sweep's content.
+HOLD_FILES = (run_dir.LOCK_FILE, run_dir.LEASE_FILE)
 
-    Formatting, comments and the timeout may change between runs (the copy is then updated);
-    anything that changes what the trials are is refused, as is a non-empty directory that
-    holds no sweep.
+
+def check_output_dir(output_dir, spec, spec_text):
+    """Whether `output_dir` can hold this sweep, writing nothing: True if the spec's copy must
+    be written (a new sweep, or the same sweep's spec with other formatting, comments or
+    timeout), False if it is there as it is.
+
+    Anything that changes what the trials are is refused, as is a directory that holds no
+    sweep and more than a launcher's lock or lease (HOLD_FILES).
     """
     copy = locations.join(output_dir, run_dir.SPEC_COPY)
     if file_io.exists(copy):
@@ -102,13 +107,17 @@ def prepare_output_dir(output_dir, spec, spec_text):
                 'this spec'))
             raise SweepError(f'output_dir {output_dir} holds a sweep of a different spec; use '
                              f'another --output_dir or the same spec. Difference:\n{diff}')
-        if stored_text != spec_text:
-            file_io.write_text(copy, spec_text)
-    elif not file_io.is_empty_directory(output_dir):
+        return stored_text != spec_text
+    if not file_io.is_empty_directory(output_dir, ignore=HOLD_FILES):
         raise SweepError(f'output_dir {output_dir} is not empty and holds no '
                          f'{run_dir.SPEC_COPY}: not a sweep; choose another --output_dir')
-    else:
-        file_io.write_text(copy, spec_text)
+    return True
+
+
+def prepare_output_dir(output_dir, spec, spec_text):
+    """Stores the spec in `output_dir` (see `check_output_dir`), which this launcher holds."""
+    if check_output_dir(output_dir, spec, spec_text):
+        file_io.write_text(locations.join(output_dir, run_dir.SPEC_COPY), spec_text)
 
 
 def _trials_content(spec):
@@ -404,8 +413,15 @@ def main(argv):
         check_runner(options, output_dir)
         try:
             file_io.check_writable(output_dir)
-            prepare_output_dir(output_dir, spec, spec_text)
+            # Checked before the hold, which leaves a lock file, and written only under it: a
+            # launcher refused beside a running one changes nothing of its sweep.
+            check_output_dir(output_dir, spec, spec_text)
             release = hold_output_dir(output_dir)
+            try:
+                prepare_output_dir(output_dir, spec, spec_text)
+            except BaseException:
+                release()
+                raise
         except OSError as error:
             raise SweepError(f'cannot write to output_dir {output_dir}: '
                              f'{error.strerror or error}') from None

@@ -15,7 +15,7 @@ import psutil
 from absl.testing import absltest
 from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, WorkerOptions
 
-from agents.runs import run_config
+from agents.runs import run_config, run_dir
 from agents.scripts import testing_utils
 from agents.storage import gcs_testing
 from pipelines.portable_testing import PortableCluster
@@ -563,6 +563,29 @@ class OutputDirTest(absltest.TestCase):
         with self.assertRaisesRegex(sweep.SweepError, 'is not empty and holds no sweep_spec'):
             sweep.prepare_output_dir(self.output_dir, spec, text)
         self.assertEqual(os.listdir(self.output_dir), ['notes.txt'])
+
+    def test_checking_writes_nothing(self):
+        # What a launcher checks before it holds output_dir: a launcher refused beside a
+        # running one must leave that sweep's files as they are.
+        spec, text = self.spec()
+        self.assertTrue(sweep.check_output_dir(self.output_dir, spec, text))
+        self.assertFalse(os.path.exists(self.output_dir))
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+        self.assertFalse(sweep.check_output_dir(self.output_dir, spec, text))
+        changed = text.replace('timeout_s: 600', 'timeout_s: 1200')
+        self.assertTrue(sweep.check_output_dir(
+            self.output_dir, sweep_spec.parse(changed, 's.yaml'), changed))
+        with open(os.path.join(self.output_dir, 'sweep_spec.yaml')) as f:
+            self.assertEqual(f.read(), text)
+
+    def test_a_launchers_lock_alone_is_no_content(self):
+        # A launcher killed between taking its hold and storing the spec left only its lock.
+        lock = run_config.LogdirLock(self.output_dir, user='sweep launcher')
+        lock.release()
+        spec, text = self.spec()
+        sweep.prepare_output_dir(self.output_dir, spec, text)
+        self.assertEqual(sorted(os.listdir(self.output_dir)),
+                         sorted([run_dir.LOCK_FILE, 'sweep_spec.yaml']))
 
 
 class OptionsTest(absltest.TestCase):
