@@ -125,11 +125,9 @@ class Forked:
     on another exception). `wait` returns a CompletedProcess with its text output."""
 
     def __init__(self, main, *, cwd=None, env=None):
-        if _tensorflow_started():
-            raise RuntimeError('TensorFlow ran in this process: a fork would lack its threads')
-        if threading.active_count() > 1:
-            raise RuntimeError('forking beside other threads, whose locks the child could '
-                               f'not take: {threading.enumerate()}')
+        refusal = _fork_refusal()
+        if refusal:
+            raise RuntimeError(refusal)
         self._main = main
         env = environment() if env is None else env
         self._outputs = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
@@ -205,10 +203,20 @@ class Forked:
             self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
 
 
+def _fork_refusal():
+    """Why a Forked process cannot start here, or None: TensorFlow ran something in this
+    process, or other threads run."""
+    if _tensorflow_started():
+        return 'TensorFlow ran in this process: a fork would lack its threads'
+    if threading.active_count() > 1:
+        return ('forking beside other threads, whose locks the child could not take: '
+                f'{threading.enumerate()}')
+    return None
+
+
 def can_fork():
-    """Whether a Forked process can start here: TensorFlow has run nothing in this process and
-    no other thread runs."""
-    return not _tensorflow_started() and threading.active_count() == 1
+    """Whether a Forked process can start here (see `_fork_refusal`)."""
+    return _fork_refusal() is None
 
 
 def run_train(*flags, timeout=600):
