@@ -24,6 +24,21 @@ echo "${BATCHPPO_VENV-unset}" > "$FAKE_BAZEL_ARGS.venv"
 """
 # ./bazelw's default version: its venv is .venv, the others' .venv-<version>.
 DEFAULT_VERSION = '3.11'
+# `-m venv DIR` makes a venv whose python3 fails `-m pip install` with pip's message for a full
+# disk; anything else runs on the real interpreter.
+FULL_DISK_PYTHON = """#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+  mkdir -p "$3/bin"
+  cat > "$3/bin/python3" <<'END'
+#!/bin/sh
+echo 'ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device'
+exit 1
+END
+  chmod +x "$3/bin/python3"
+  exit 0
+fi
+exec {python} "$@"
+"""
 RUNNING_VERSION = '{}.{}'.format(*sys.version_info[:2])
 
 
@@ -223,6 +238,26 @@ class BazelwTest(absltest.TestCase):
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn('registry', result.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.repo, venv_name(RUNNING_VERSION))))
+        self.assertEqual(tree_snapshot(self.repo), before)
+
+    def test_a_full_disk_is_named_as_such(self):
+        # A stand-in interpreter: it answers the version question as this one does, and its
+        # venv's pip fails as pip does when the disk fills while installing.
+        fake_python = os.path.join(self.bin_dir, 'full-disk-python')
+        with open(fake_python, 'w') as f:
+            f.write(FULL_DISK_PYTHON.format(python=sys.executable))
+        os.chmod(fake_python, stat.S_IRWXU)
+        self.env['BATCHPPO_PYTHON'] = fake_python
+        self.make_venv('stale')
+        before = tree_snapshot(self.repo)
+        result = self.run_bazelw('build', '//...')
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("step 'install Python packages", result.stderr)
+        self.assertIn('The disk is full:', result.stderr)
+        self.assertIn('free where', result.stderr)
+        self.assertNotIn('registry', result.stderr)
+        self.assertIn(f'previous {venv_name(RUNNING_VERSION)} was kept', result.stderr)
+        self.assertFalse(os.path.exists(self.args_file), 'bazel must not run')
         self.assertEqual(tree_snapshot(self.repo), before)
 
 
