@@ -108,6 +108,18 @@ class Lease:
         self._thread.start()
         return self
 
+    def check_free(self):
+        """Raises LeaseHeld if a live process on this host holds the lease; reads only, without
+        waiting. A holder on another host is told only by watching it renew, which `acquire`
+        does; an absent, unreadable or unreachable lease is left to `acquire` as well."""
+        try:
+            holder = json.loads(self._blob().download_as_bytes())
+        except Exception:  # Each client library raises its own types; `acquire` tells.
+            return
+        if (isinstance(holder, dict) and holder.get('host') == self._host
+                and not self._is_stale(holder)):
+            raise LeaseHeld(_held_message(self.url, holder, self._user, self._flag))
+
     def _is_stale(self, holder):
         if holder.get('expires', 0) < self._clock():
             return True

@@ -135,6 +135,37 @@ class LeaseTest(absltest.TestCase):
         self.assertGreaterEqual(time.time() - start, TTL_S - 0.5)
         self.assertEqual(self.holder()['pid'], os.getpid())
 
+    def test_check_free_refuses_only_a_live_holder_of_this_host_and_writes_nothing(self):
+        blob = self.emulator.client().bucket('runs').blob(LEASE)
+        lease = lease_lib.Lease(URL, ttl_s=60)
+        lease.check_free()  # No lease.
+        live = subprocess.Popen(['sleep', '60'])
+        self.addCleanup(live.wait)
+        self.addCleanup(live.kill)
+        dead = subprocess.Popen(['true'])
+        dead.wait()
+        future = time.time() + 3600
+        for holder, refused in (
+                ({'pid': live.pid, 'host': socket.gethostname(), 'expires': future}, True),
+                ({'pid': live.pid, 'host': socket.gethostname(), 'expires': time.time() - 1},
+                 False),  # Expired: taken over.
+                ({'pid': dead.pid, 'host': socket.gethostname(), 'expires': future}, False),
+                ({'pid': os.getpid(), 'host': socket.gethostname(), 'expires': future}, False),
+                ({'pid': live.pid, 'host': 'machine-b', 'expires': future}, False),  # Waits.
+                ('{not json', False)):
+            with self.subTest(holder=holder):
+                blob.upload_from_string(holder if isinstance(holder, str) else
+                                        json.dumps(holder))
+                before = self.emulator.objects('runs')
+                if refused:
+                    with self.assertRaises(lease_lib.LeaseHeld) as raised:
+                        lease.check_free()
+                    self.assertIn(f'pid {live.pid} on {socket.gethostname()}',
+                                  str(raised.exception))
+                else:
+                    lease.check_free()
+                self.assertEqual(self.emulator.objects('runs'), before)
+
     def test_an_unreadable_lease_is_taken_over(self):
         self.emulator.client().bucket('runs').blob(LEASE).upload_from_string(b'{not json')
         self.acquire(lease_lib.Lease(URL, ttl_s=60))

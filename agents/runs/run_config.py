@@ -115,7 +115,7 @@ def check_logdir(logdir, config, config_file=run_dir.CONFIG_FILE):
     if os.path.exists(logdir) and not os.path.isdir(logdir):
         raise ConfigError(f'logdir {logdir} exists and is not a directory')
     if os.path.isdir(logdir):
-        _check_unlocked(logdir)  # First: what a live trainer is writing may look like anything.
+        check_unlocked(logdir)  # First: what a live trainer is writing may look like anything.
     if os.path.isfile(config_path):
         _check_same_run(logdir, read_text(config_path), config)
         if locations.unwritable_ancestor(logdir):
@@ -265,8 +265,9 @@ def lock_logdir(logdir):
     return LogdirLock(logdir)
 
 
-def _check_unlocked(logdir):
-    """Raises a ConfigError naming the holder if a live process holds the logdir's lock."""
+def check_unlocked(logdir, user='trainer', flag='--logdir'):
+    """Raises a ConfigError naming the holder (a `user`, told to choose another `flag`) if a live
+    process holds the lock of `logdir`, an existing directory; reads only."""
     path = os.path.join(logdir, run_dir.LOCK_FILE)
     try:
         with open(path, encoding='utf-8') as f:
@@ -275,7 +276,8 @@ def _check_unlocked(logdir):
             except BlockingIOError:
                 holder = _read_holder(f)
                 if holder.get('pid') != os.getpid():  # Not the lock of this very process.
-                    raise ConfigError(in_use_message(logdir, holder)) from None
+                    raise ConfigError(in_use_message(logdir, holder, user=user,
+                                                     flag=flag)) from None
     except FileNotFoundError:
         pass
 

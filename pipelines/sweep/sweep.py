@@ -83,6 +83,9 @@ class StageError(Exception):
 
 # What a launcher's hold on its output_dir leaves there (hold_output_dir): no sweep's content.
 HOLD_FILES = (run_dir.LOCK_FILE, run_dir.LEASE_FILE)
+# Who holds an output_dir, and the flag that chooses another, as refusals name them.
+LAUNCHER = 'sweep launcher'
+OUTPUT_DIR_FLAG = '--output_dir'
 
 
 def check_output_dir(output_dir, spec, spec_text):
@@ -404,8 +407,6 @@ def main(argv):
     try:
         spec_path = sweep_spec.find(FLAGS.spec)
         spec = sweep_spec.load(spec_path, name=FLAGS.spec)
-        with log_noise.tensorflow_start():  # check_gin loads TensorFlow, quietly.
-            sweep_spec.check_gin(spec)
         with open(spec_path, encoding='utf-8') as f:
             spec_text = f.read()
         output_dir = locations.resolve(FLAGS.output_dir)
@@ -413,9 +414,12 @@ def main(argv):
         check_runner(options, output_dir)
         try:
             file_io.check_writable(output_dir)
+            check_not_held(output_dir)
             # Checked before the hold, which leaves a lock file, and written only under it: a
             # launcher refused beside a running one changes nothing of its sweep.
             check_output_dir(output_dir, spec, spec_text)
+            with log_noise.tensorflow_start():  # check_gin loads TensorFlow, quietly.
+                sweep_spec.check_gin(spec)
             release = hold_output_dir(output_dir)
             try:
                 prepare_output_dir(output_dir, spec, spec_text)
@@ -445,21 +449,30 @@ def main(argv):
         release()
 
 
+def check_not_held(output_dir):
+    """Refuses `output_dir` if a live launcher on this machine holds it, reading only, so that a
+    second launcher stops before the gin check loads TensorFlow; `hold_output_dir` decides for
+    holders elsewhere. Raises ConfigError or LeaseHeld naming the holder."""
+    if locations.scheme(output_dir) == 'gs':
+        lease_lib.Lease(output_dir, user=LAUNCHER, flag=OUTPUT_DIR_FLAG).check_free()
+    elif not locations.is_remote(output_dir) and os.path.isdir(output_dir):
+        run_config.check_unlocked(output_dir, user=LAUNCHER, flag=OUTPUT_DIR_FLAG)
+
+
 def hold_output_dir(output_dir):
     """Makes this launcher the only one of `output_dir` (a second would train the same trials
     and fail them): a lock file locally, a lease with a heartbeat in a bucket, each taken over
     only from a holder that is gone. Returns the function that lets go; raises ConfigError or
     LeaseHeld naming the holder."""
     if locations.scheme(output_dir) == 'gs':
-        lease = lease_lib.Lease(output_dir, user='sweep launcher', flag='--output_dir')
+        lease = lease_lib.Lease(output_dir, user=LAUNCHER, flag=OUTPUT_DIR_FLAG)
         lease.acquire()
         return lease.release
     if locations.is_remote(output_dir):
         logging.warning('%s:// has no lease: nothing keeps a second launcher from using %s at '
                         'the same time.', locations.scheme(output_dir), output_dir)
         return lambda: None
-    return run_config.LogdirLock(output_dir, user='sweep launcher',
-                                 flag='--output_dir').release
+    return run_config.LogdirLock(output_dir, user=LAUNCHER, flag=OUTPUT_DIR_FLAG).release
 
 
 def _launch(spec, output_dir, options):

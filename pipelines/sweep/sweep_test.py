@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import textwrap
 from unittest import mock
 
@@ -215,6 +216,29 @@ class SweepTest(absltest.TestCase):
         self.assertNotEqual(result.returncode, 0)
         self.assertIn(f'sweep: error: cannot write to output_dir {cwd}/spec.yaml/out',
                       result.stderr)
+
+    def test_a_launcher_refused_beside_a_running_one_stops_before_loading_tensorflow(self):
+        cwd = self.create_tempdir().full_path
+        output_dir = os.path.join(cwd, 'out')
+        write_spec(cwd, 'grid: {PPO.learning_rate: [0.001]}\n')
+        # This process holds output_dir as a running launcher does.
+        held = run_config.LogdirLock(output_dir, user=sweep.LAUNCHER,
+                                     flag=sweep.OUTPUT_DIR_FLAG)
+        self.addCleanup(held.release)
+        before = testing_utils.snapshot(output_dir)
+        # The launcher, telling on its way out whether it loaded TensorFlow.
+        report = ('import atexit, runpy, sys; atexit.register(lambda: sys.stderr.write('
+                  '"tensorflow loaded: %s\\n" % ("tensorflow" in sys.modules))); '
+                  'sys.argv = ["sweep", *sys.argv[1:]]; '
+                  'runpy.run_module("pipelines.sweep", run_name="__main__")')
+        result = subprocess.run(
+            [sys.executable, '-c', report, '--spec=spec.yaml', '--output_dir=out'],
+            env=environment(cwd), capture_output=True, text=True, timeout=300, check=False)
+        self.assertEqual(result.returncode, 1, result.stderr[-3000:])
+        self.assertIn(f'sweep: error: output_dir {output_dir} is in use by another sweep '
+                      f'launcher: pid {os.getpid()}', result.stderr)
+        self.assertIn('tensorflow loaded: False', result.stderr)
+        self.assertEqual(testing_utils.snapshot(output_dir), before)
 
     def test_a_different_spec_on_the_same_output_dir_is_refused(self):
         cwd = self.create_tempdir().full_path
