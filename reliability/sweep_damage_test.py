@@ -82,8 +82,10 @@ class SweepDamageTest(absltest.TestCase):
                 return False
 
         # A second launcher beside a running one is refused, naming it; the first finishes.
-        harness.wait_for(held, 300, 'the first launcher to hold output_dir')
+        # The first stores its spec's copy just after it takes the hold.
         copy = os.path.join(self.out, run_dir.SPEC_COPY)
+        harness.wait_for(lambda: held() and os.path.exists(copy), 300,
+                         'the first launcher to hold output_dir and store its spec')
         with open(copy) as f:
             stored = f.read()
         # Refused, naming the holder (a launcher that waited for the lock would then run). Its
