@@ -141,11 +141,16 @@ def check_step_allowed(name, pending, needs_reset, ended):
     if needs_reset:
         raise RuntimeError(f'{name} needs a full reset() before stepping: at the start and '
                            'after an environment failed')
-    if ended is not None and ended.any():
+    # count_nonzero, not ended.any(): a third of the time, on every step.
+    if ended is not None and np.count_nonzero(ended):
         raise RuntimeError(
             f'envs {np.flatnonzero(ended).tolist()} finished their episodes and autoreset is '
             'disabled: reset them with reset(options={"reset_mask": mask}) before stepping; '
-            'nothing was stepped')
+            f'{NOTHING_STEPPED}')
+
+
+# How a refusal of a step ends when the envs were left as they were.
+NOTHING_STEPPED = 'nothing was stepped'
 
 
 class ActionChecker:
@@ -157,11 +162,15 @@ class ActionChecker:
     TypeError for a dtype of another kind (e.g. floats for a Discrete space). BatchEnv and
     envpool_env.EnvPoolBatchEnv check every step with it. Spaces: Box, Discrete,
     MultiDiscrete, MultiBinary.
+
+    The two halves are also apart: `checked_form` (shape and dtype) and `check_values` (NaN
+    and bounds), which EnvPoolBatchEnv runs on Box actions while EnvPool steps.
     """
 
     def __init__(self, space, num_envs):
         self._space = space
         self._shape = (num_envs, *space.shape)
+        self._size = int(np.prod(self._shape))
         self._dtype = np.dtype(space.dtype)
         if isinstance(space, gym.spaces.Box):
             low, high = space.low, space.high
@@ -183,18 +192,29 @@ class ActionChecker:
 
     def __call__(self, actions):
         """Returns `actions` as an array, or raises naming the first bad env and its action."""
+        actions = self.checked_form(actions)
+        self.check_values(actions)
+        return actions
+
+    def checked_form(self, actions):
+        """Returns `actions` as an array, or raises if its shape or its dtype's kind is wrong."""
         actions = np.asarray(actions)
         if actions.shape != self._shape:
             raise ValueError(
                 f'actions must have shape {self._shape} (num_envs, *single_action_space.shape) '
-                f'for {self._space}, got shape {actions.shape}; nothing was stepped')
+                f'for {self._space}, got shape {actions.shape}; {NOTHING_STEPPED}')
         if actions.dtype.kind not in self._kinds:
             raise TypeError(
                 f'actions of dtype {actions.dtype} do not fit action space {self._space} '
-                f'of dtype {self._dtype}; nothing was stepped')
+                f'of dtype {self._dtype}; {NOTHING_STEPPED}')
+        return actions
+
+    def check_values(self, actions, consequence=NOTHING_STEPPED):
+        """Raises ValueError naming the first env whose action (of `checked_form`) is NaN or
+        outside the space, and all bad envs; the message ends with `consequence`."""
         within = (actions >= self._low) & (actions <= self._high)  # False for NaN too.
-        if within.all():
-            return actions
+        if np.count_nonzero(within) == self._size:  # Faster than within.all() on every step.
+            return
         bad_envs = np.flatnonzero(~within.reshape(len(actions), -1).all(axis=1))
         first = bad_envs[0]
         value = actions[first]
@@ -202,8 +222,7 @@ class ActionChecker:
                    else f'is outside the action space {self._space}')
         others = (f' (bad actions also for envs {bad_envs[1:].tolist()})'
                   if len(bad_envs) > 1 else '')
-        raise ValueError(
-            f'The action for env {first}, {value!r}, {problem}{others}; nothing was stepped')
+        raise ValueError(f'The action for env {first}, {value!r}, {problem}{others}; {consequence}')
 
 
 # Arguments of BatchEnv that gin refuses to bind: the code that makes a BatchEnv passes them

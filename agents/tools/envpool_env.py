@@ -37,6 +37,10 @@ AutoresetMode = gym.vector.AutoresetMode
 INSTALL_COMMAND = "pip install 'batchppo[envpool]'"
 # EnvPool takes int32 seeds; larger ones (evaluation seeds are 62-bit hashes) are taken modulo.
 SEED_MODULUS = 2**31
+# How the refusal of a Box action found while EnvPool stepped with it ends.
+STEP_DISCARDED = ('EnvPool had stepped with it (Box actions are checked while EnvPool steps, '
+                  'which costs the step nothing), so that step was discarded and every env '
+                  'needs a full reset() before the next step')
 # Arguments of envpool.make that the adapter sets itself.
 _OWN_ARGUMENTS = ('task_id', 'env_type', 'num_envs', 'batch_size', 'seed')
 
@@ -79,10 +83,13 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
       `get_attr` or `set_attr`; `cancel_wait` and `waiting` do nothing, as for BatchEnv
       in-process (there are no workers to wait for).
 
-    Bad actions are refused as BatchEnv refuses them (`batch_env.ActionChecker`), before
-    EnvPool sees them and with nothing stepped: a wrong shape (which EnvPool would read out of
-    bounds, or abort the process on), NaN (which it passes on), values outside the action space
-    (Box ones it would clip) and dtypes of another kind.
+    Bad actions are refused as BatchEnv refuses them (`batch_env.ActionChecker`): a wrong
+    shape (which EnvPool would read out of bounds, or abort the process on), dtypes of another
+    kind, NaN and values outside the action space. Other spaces' are refused before EnvPool
+    sees them, with nothing stepped. A Box action's NaN (which EnvPool passes on) or value out
+    of bounds (which it clips) is found while EnvPool steps, as that check before the step cost
+    a tenth of a cheap task's step (Pendulum's): the step is discarded and the refusal says
+    that every env needs a full `reset()`.
     """
 
     def __init__(self, env_id, num_envs, seed=None, env_kwargs=None, action_dtype=None):
@@ -170,6 +177,9 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         self.observation_space = gym.vector.utils.batch_space(observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(action_space, self.num_envs)
         self._check_actions = batch_env.ActionChecker(action_space, self.num_envs)
+        # EnvPool clips a Box action or passes NaN on, which is harmless to a step that is
+        # then discarded; it would read other spaces' bad values out of bounds.
+        self._values_checked_while_stepping = isinstance(action_space, gym.spaces.Box)
 
     @property
     def config(self):
@@ -265,16 +275,25 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
 
     def step_async(self, actions):
         """Checks `actions` as BatchEnv does (`batch_env.ActionChecker`) and sends them to
-        EnvPool, which steps at once."""
+        EnvPool, which steps at once; Box actions' values are checked while it steps."""
         self._check_running()
         batch_env.check_step_allowed('EnvPoolBatchEnv', self._pending, self._needs_reset,
                                      self._ended)
-        actions = self._check_actions(actions)
+        actions = self._check_actions.checked_form(actions)
+        if not self._values_checked_while_stepping:
+            self._check_actions.check_values(actions)
         try:
             self._pool.send(actions)  # Cast to EnvPool's dtype.
         except Exception:
             self._needs_reset = True
             raise
+        if self._values_checked_while_stepping:
+            try:
+                self._check_actions.check_values(actions, STEP_DISCARDED)
+            except ValueError:
+                self._needs_reset = True
+                self._pool.recv()  # The discarded step; the pool is ready for a reset.
+                raise
         self._pending = 'step'
 
     def step_wait(self, timeout=None):

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest, parameterized
 
-from agents.tools import envpool_env, in_graph_batch_env, simulate
+from agents.tools import batch_env, envpool_env, in_graph_batch_env, simulate
 from agents.tools import wrappers as wrappers_lib
 
 # One EnvPool thread per pool: the tests stay light on a shared machine.
@@ -498,16 +498,13 @@ class EnvPoolBatchEnvTest(parameterized.TestCase):
 
     def test_bad_actions_are_refused_before_envpool_sees_them(self):
         # BatchEnv's checks (batch_env.ActionChecker): EnvPool would read a wrong shape out of
-        # bounds (or abort the process), pass NaN on, clip a Box action and step with a
-        # Discrete one out of range. A twin stepped with the good actions alone shows that
-        # nothing was stepped.
+        # bounds (or abort the process) and step with a Discrete action out of range. A twin
+        # stepped with the good actions alone shows that nothing was stepped.
         for env_id, good, bad in (
                 ('Pendulum-v1', np.array([[0.5], [-1.0], [2.0]], np.float32), (
                     (np.zeros((2, 1), np.float32), ValueError, r'shape \(3, 1\)'),
                     (np.zeros((3,), np.float32), ValueError, r'shape \(3, 1\)'),
                     (np.zeros((3, 2), np.float32), ValueError, r'shape \(3, 1\)'),
-                    (np.array([[0.0], [np.nan], [0.0]]), ValueError, r'env 1, .*is NaN'),
-                    (np.array([[0.0], [0.0], [2.5]]), ValueError, r'env 2, .*outside'),
                     (np.full((3, 1), 'a'), TypeError, 'dtype <U1'))),
                 ('CartPole-v1', np.array([1, 0, 1]), (
                     (np.array([0, 2, 1]), ValueError, r'env 1, np.int64\(2\).*outside'),
@@ -521,14 +518,43 @@ class EnvPoolBatchEnvTest(parameterized.TestCase):
                 env.reset()
                 twin.reset()
                 for actions, error_type, message in bad:
-                    with self.assertRaisesRegex(error_type, f'{message}.*nothing was stepped'):
+                    with self.assertRaisesRegex(
+                            error_type, f'{message}.*{batch_env.NOTHING_STEPPED}'):
                         env.step(actions)
-                for _ in range(3):
-                    stepped, expected = env.step(good), twin.step(good)
-                    for value, reference in zip(stepped[:4], expected[:4], strict=True):
-                        np.testing.assert_array_equal(value, reference)
-                    np.testing.assert_array_equal(stepped[4]['elapsed_step'],
-                                                  expected[4]['elapsed_step'])
+                self._assert_steps_alike(env, twin, good)
+
+    def test_bad_box_values_found_while_envpool_steps_discard_the_step(self):
+        # A Box action's NaN (which EnvPool passes on) or value out of bounds (which it clips)
+        # is found while EnvPool steps with it: the step is discarded and a full reset asked
+        # for, after which the envs step as a twin that never saw the bad action.
+        good = np.array([[0.5], [-1.0], [2.0]], np.float32)
+        for actions, message in (
+                (np.array([[0.0], [np.nan], [0.0]]), r'env 1, .*is NaN'),
+                (np.array([[0.0], [0.0], [2.5]]), r'env 2, .*outside.*'),
+                (np.array([[-9.0], [0.0], [np.nan]], np.float32),
+                 r'env 0, .*outside.* also for envs \[2\]')):
+            with self.subTest(actions=actions.tolist()):
+                env, twin = _make('Pendulum-v1', num_envs=3), _make('Pendulum-v1', num_envs=3)
+                self.addCleanup(env.close)
+                self.addCleanup(twin.close)
+                env.reset()
+                twin.reset()
+                with self.assertRaises(ValueError) as raised:
+                    env.step(actions)
+                self.assertRegex(str(raised.exception), message)
+                self.assertTrue(str(raised.exception).endswith(envpool_env.STEP_DISCARDED))
+                with self.assertRaisesRegex(RuntimeError, r'needs a full reset\(\)'):
+                    env.step(good)
+                np.testing.assert_array_equal(env.reset()[0], twin.reset()[0])
+                self._assert_steps_alike(env, twin, good)
+
+    def _assert_steps_alike(self, env, twin, actions):
+        for _ in range(3):
+            stepped, expected = env.step(actions), twin.step(actions)
+            for value, reference in zip(stepped[:4], expected[:4], strict=True):
+                np.testing.assert_array_equal(value, reference)
+            np.testing.assert_array_equal(stepped[4]['elapsed_step'],
+                                          expected[4]['elapsed_step'])
 
     def test_missing_envpool_says_how_to_install_it(self):
         with mock.patch.dict(sys.modules, {'envpool': None}):

@@ -309,11 +309,13 @@ class InGraphBatchEnv(tf.Module):
     def _step_numpy(self, action, done):
         if self._keep_thread_states:
             _keep_python_thread_state()
-        if done.any():
+        # count_nonzero: a third of the time of any() and all() on every step.
+        if np.count_nonzero(done):
             raise RuntimeError(
                 f'step() of environments {np.flatnonzero(done).tolist()} whose episode ended '
                 '(or never started): reset them first')
-        if self._action_dtype.kind == 'f' and not np.isfinite(action).all():
+        if (self._action_dtype.kind == 'f'
+                and np.count_nonzero(np.isfinite(action)) != action.size):
             raise ValueError(f'action contains NaN or infinity: {action}')
         observ, reward, terminated, truncated, _ = self._env.step(action)
         outcome = np.empty((self._num_envs, 3), np.float32)
