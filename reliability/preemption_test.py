@@ -6,7 +6,9 @@ checkpoint, and at random points of training) and rerun with the same command af
 The step count never goes backwards, the checkpoint the state file names always reads back, the
 metrics never lead the checkpoints, and the finished run has exactly the evaluations and the
 budget of an uninterrupted one. SIGTERM and SIGINT stop the run with a checkpoint and exit
-128 + the signal's number.
+128 + the signal's number. The trainers run in forks of this process (harness.ForkedBinary),
+which imported TensorFlow once: the binary's own code from flag parsing to exit status, so the
+start-up kill strikes while the trainer builds and traces its graphs.
 """
 
 import os
@@ -48,6 +50,11 @@ def expected_evaluations():
 
 class PreemptionTest(absltest.TestCase):
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        harness.preload(pipelines=False)
+
     def setUp(self):
         super().setUp()
         self.logdir = os.path.join(self.create_tempdir().full_path, 'run')
@@ -56,8 +63,9 @@ class PreemptionTest(absltest.TestCase):
 
     def start(self, *flags):
         self.attempt += 1
-        return harness.Binary('train', *FLAGS, *flags, f'--logdir={self.logdir}',
-                              log_path=os.path.join(self.logs, f'attempt-{self.attempt}.log'))
+        return harness.ForkedBinary(
+            'train', *FLAGS, *flags, f'--logdir={self.logdir}',
+            log_path=os.path.join(self.logs, f'attempt-{self.attempt}.log'))
 
     def latest_checkpoint(self):
         return harness.checkpoint_state(self.logdir)[1] or 0
