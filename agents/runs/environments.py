@@ -71,22 +71,29 @@ class Environments:
         # What the summaries call a training episode's return and length: an Atari game's
         # lives and clipped rewards are not its whole, unclipped score (evaluations play that).
         self.training_episodes = DEFAULT_TRAINING_EPISODES
+        # The whole games of an Atari run's training (envpool_env.GameLog) where its episodes
+        # are not games, else None.
+        self.training_games = None
         with self._stack:
             if backend == 'native':
                 self.training, self.evaluation = _native_envs(
                     env_id, env_kwargs, wrappers, num_envs, eval_episodes, native_dtype,
                     check_inputs=check_inputs, seed=seed)
             elif backend == 'envpool':
+                _check_envpool_task(env_id)  # EnvPool is there, and has the task.
+                if envpool_atari.is_atari_task(env_id):
+                    self.training_episodes = envpool_atari.training_episodes(env_kwargs)
+                    if self.training_episodes != DEFAULT_TRAINING_EPISODES:
+                        self.training_games = envpool_env.GameLog()
                 self.make_training = functools.partial(
-                    make_envpool_training, env_id, num_envs, env_kwargs, wrappers)
+                    make_envpool_training, env_id, num_envs, env_kwargs, wrappers,
+                    game_log=self.training_games)
                 env_kwargs = _without_batch_size(env_kwargs)  # Evaluation steps as one batch.
                 # Made with the seeds of its first reset, which then keeps the pool.
                 self.training = in_graph_batch_env.InGraphBatchEnv(
                     _configured(functools.partial(self.make_training, seed=seed), env_id),
                     seed=seed)
                 self._stack.callback(self.training.close)
-                if envpool_atari.is_atari_task(env_id):
-                    self.training_episodes = envpool_atari.training_episodes(env_kwargs)
                 eval_seed = seed + EVAL_SEED_OFFSET
                 self.evaluation = in_graph_batch_env.InGraphBatchEnv(
                     _configured(functools.partial(
@@ -189,15 +196,18 @@ def plays_in_gymnasium(env_id):
 _NOT_FOR_ATARI = ('range_normalize', 'ClipAction')
 
 
-def make_envpool_training(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None):
+def make_envpool_training(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None,
+                          game_log=None):
     """The training environments on the EnvPool backend: `make_envpool_env`, or with
     `env_kwargs['batch_size']` B below `num_envs` (EnvPool's async mode) a PipelinedVectorEnv
     of `num_envs` / B pools of B, one stepping while the algorithm acts for the next
-    (tools/pipelined_env.py); environment i is seeded `seed` + i either way."""
+    (tools/pipelined_env.py); environment i is seeded `seed` + i either way. `game_log`: see
+    `make_envpool_env`."""
     batch_size = dict(env_kwargs or {}).get('batch_size', num_envs)
     env_kwargs = _without_batch_size(env_kwargs)
     if batch_size == num_envs:
-        return make_envpool_env(env_id, num_envs, env_kwargs, wrappers, seed=seed)
+        return make_envpool_env(env_id, num_envs, env_kwargs, wrappers, seed=seed,
+                                game_log=game_log)
     if (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
             or batch_size > num_envs or num_envs % batch_size):
         raise ValueError(f"env_kwargs['batch_size'] = {batch_size!r} must be a positive "
@@ -207,7 +217,8 @@ def make_envpool_training(env_id, num_envs, env_kwargs=None, wrappers=(), seed=N
     try:
         for start in range(0, num_envs, batch_size):
             groups.append(make_envpool_env(env_id, batch_size, env_kwargs, wrappers,
-                                           seed=None if seed is None else seed + start))
+                                           seed=None if seed is None else seed + start,
+                                           game_log=game_log))
         return pipelined_env.PipelinedVectorEnv(groups)
     except BaseException:
         for group in groups:
@@ -220,7 +231,7 @@ def _without_batch_size(env_kwargs):
 
 
 def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None,
-                     evaluation=False):
+                     evaluation=False, game_log=None):
     """`num_envs` EnvPool environments of `env_id` (`env_kwargs`: arguments of `envpool.make`)
     as a VectorEnv with explicit resets, wrapped as a batch in `wrappers`.
 
@@ -229,7 +240,8 @@ def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None,
     Gymnasium backend's. `seed`: that of the pool until a seeded reset (see EnvPoolBatchEnv).
     EnvPool's Atari games get `envpool_atari.training_kwargs(env_kwargs)` (episodic life and
     clipped rewards, as CleanRL), or with `evaluation` `envpool_atari.evaluation_kwargs` (whole
-    games, unclipped scores).
+    games, unclipped scores). `game_log`: an envpool_env.GameLog that an Atari game's
+    training environments add their whole games to.
     """
     _check_envpool_task(env_id)  # Before EnvPool's own errors for an unknown id.
     envpool = _import_envpool()
@@ -246,7 +258,7 @@ def make_envpool_env(env_id, num_envs, env_kwargs=None, wrappers=(), seed=None,
         env_kwargs = make_kwargs(env_kwargs)
     env = envpool_env.EnvPoolBatchEnv(
         env_id, num_envs, seed=seed, env_kwargs=env_kwargs,
-        action_dtype=np.float32 if box_actions else None)
+        action_dtype=np.float32 if box_actions else None, game_log=game_log)
     try:
         return _FailureRecorder(wrappers_lib.apply_wrappers(env, tuple(wrappers)))
     except BaseException:

@@ -195,6 +195,38 @@ class EnvironmentsTest(absltest.TestCase):
                 self.addCleanup(rebuilt.close)
                 self.assertEqual(rebuilt.unwrapped.config.episodic_life, True)
 
+    def test_envpool_atari_training_logs_whole_games_where_episodes_are_lives(self):
+        # Breakout's games, cut at 40 steps, of envs stepped in groups of 2 (EnvPool's async
+        # mode) as the in-graph env steps them; the log outlives a rebuild of the envs.
+        kwargs = {**ENVPOOL_KWARGS, 'max_episode_steps': 40, 'batch_size': 2}
+        with environments.Environments('Breakout-v5', 'envpool', num_envs=4, eval_episodes=1,
+                                       seed=0, env_kwargs=kwargs, wrappers=()) as envs:
+            games = envs.training_games
+            self.assertIsInstance(games, envpool_env.GameLog)
+            envs.training.reset()
+            for _ in range(41):
+                done = envs.training.done.numpy()
+                if done.any():
+                    envs.training.reset(np.flatnonzero(done))
+                envs.training.step(np.ones(4, np.int32))  # FIRE: the ball moves, lives go.
+            scores, lengths = games.take()
+            self.assertLen(scores, 4)  # Each env's first game, cut at 40 steps at the latest.
+            self.assertTrue(((lengths > 0) & (lengths <= 40)).all(), lengths)
+            rebuilt = envs.make_training()
+            self.addCleanup(rebuilt.close)
+            rebuilt.reset()
+            for _ in range(40):
+                _, _, terminated, truncated, _ = rebuilt.step(np.ones(4, np.int32))
+                if (terminated & ~truncated).any():  # A lost life; a cut game ends the loop.
+                    rebuilt.reset(options={'reset_mask': terminated & ~truncated})
+            self.assertLen(games.take()[0], 4)
+        for kwargs, env_id in (({'episodic_life': False, 'reward_clip': False}, 'Breakout-v5'),
+                               ({}, 'Pendulum-v1')):
+            with environments.Environments(
+                    env_id, 'envpool', num_envs=1, eval_episodes=1, seed=0,
+                    env_kwargs={**ENVPOOL_KWARGS, **kwargs}, wrappers=()) as envs:
+                self.assertIsNone(envs.training_games)  # Episodes are games, or no games.
+
     def test_envpool_atari_evaluation_scores_whole_games_unclipped(self):
         # Training and evaluation environments of one seed play the same game under the same
         # actions: training's rewards are the evaluation's clipped, until training's episode

@@ -88,6 +88,7 @@ class TrainingRun:
         self.agent = agent
         self._train_env = envs.training
         self._training_episodes = envs.training_episodes
+        self._training_games = envs.training_games  # An Atari run's whole games, or None.
         length = settings.iteration_length(agent.cadence)
         # A member's steps: each member counts its own, as a lone run of its seed would.
         self._steps_per_iteration = settings.num_envs * length
@@ -217,20 +218,24 @@ class TrainingRun:
             self._compile_evaluation_ahead()
         clock = _Clock(start_steps, float(self.wall_time))
         episodes = [0, 0.0]  # Training episodes ended since the last progress line, their return.
+        # Whole games ended since the last progress line, their score (where episodes are not).
+        games = None if self._training_games is None else [0, 0.0]
         while int(self.env_steps) < target:
             previous_steps = int(self.env_steps)
             iterations = self._timed_call(previous_steps, target, clock)
             steps = self._step = int(self.env_steps)
-            self._log_iterations(iterations, steps, clock, episodes)
+            self._log_iterations(iterations, steps, clock, episodes, games)
             last = steps >= target  # The budget's, or a stop's.
             if self._schedule.eval_due(previous_steps, steps) or last:
                 latest = self._evaluate_and_save(steps)
             if last or clock.progress_due(self.settings.log_every_secs):
                 progress.log_progress(steps, self.settings.total_steps, clock.steps_per_sec,
                                       episodes, latest, self.agent.num_members, self._status(),
-                                      train_return=self._training_episodes[0])
+                                      train_return=self._training_episodes[0], games=games)
                 self._heartbeat.beat()
                 episodes[:] = [0, 0.0]
+                if games is not None:
+                    games[:] = [0, 0.0]
             self._heartbeat.phase('training')
         self.store.finish()
         progress.log_end(int(self.env_steps), self.settings.total_steps, start_steps,
@@ -271,12 +276,18 @@ class TrainingRun:
         clock.ran(time.time() - began, len(iterations), int(self.env_steps))
         return iterations
 
-    def _log_iterations(self, iterations, steps, clock, episodes):
-        """Summaries of a call's iterations; the operative configs after the first call."""
-        self._write_iteration_summaries(iterations, steps, clock.steps_per_sec)
+    def _log_iterations(self, iterations, steps, clock, episodes, games):
+        """Summaries of a call's iterations; the operative configs after the first call.
+        Adds the call's training episodes, and its whole games (`games`, if not None), to the
+        counts and sums of the next progress line."""
+        ended_games = None if games is None else self._training_games.take()
+        self._write_iteration_summaries(iterations, steps, clock.steps_per_sec, ended_games)
         for iteration in iterations:
             episodes[0] += int(iteration.episodes.sum())
             episodes[1] += float(iteration.return_sum.sum())
+        if games is not None:
+            games[0] += len(ended_games[0])
+            games[1] += float(ended_games[0].sum())
         if clock.calls == 1:
             self.store.write_operative_configs()
         self.wall_time.assign(clock.wall_time())
@@ -292,11 +303,12 @@ class TrainingRun:
         if self._signals.signum is not None:
             self._stop_on_signal(self._signals.signum)
 
-    def _write_iteration_summaries(self, iterations, steps, steps_per_sec):
+    def _write_iteration_summaries(self, iterations, steps, steps_per_sec, games=None):
         """Each run's TensorBoard scalars of the iterations of a call (the last ending at
-        `steps`), written by one compiled call per run."""
+        `steps`), and of the whole games that ended in it (`games`, see
+        progress.iteration_scalars), written by one compiled call per run."""
         names, values = progress.iteration_scalars(
-            iterations, self.agent.num_members, steps_per_sec, self._training_episodes)
+            iterations, self.agent.num_members, steps_per_sec, self._training_episodes, games)
         ends = steps - self._steps_per_iteration * np.arange(len(iterations))[::-1]
         self.store.write_scalars(ends, names, values)
 

@@ -624,6 +624,45 @@ def _summaries(logdir, steps=False):
     return found
 
 
+class AtariGamesTest(absltest.TestCase):
+    """The whole games of an Atari run's training, whose episodes are lives with clipped
+    rewards: their scores in the progress lines and the summaries."""
+
+    def setUp(self):
+        super().setUp()
+        gin.clear_config()
+        self.addCleanup(gin.clear_config)
+        gin.parse_config(PENDULUM)
+        gin.parse_config("""
+PPO.policy_network = @SharedTorsoCategoricalPolicy
+PPO.value_network = None
+PPO.num_epochs = 1
+PPO.num_minibatches = 1
+PPO.normalize_observ = False
+""")
+
+    def test_game_scores_are_logged_beside_the_lives(self):
+        logdir = self.create_tempdir().full_path
+        # Breakout's games cut at 12 steps: several end in each 2 x 16-step iteration.
+        with self.assertLogs(level='INFO') as logs:
+            loop.train(logdir, env_id='Breakout-v5', env_backend='envpool', wrappers=(),
+                       env_kwargs={'num_threads': 1, 'max_episode_steps': 12}, num_envs=2,
+                       rollout_length=16, total_steps=64, eval_every_steps=64,
+                       eval_episodes=1, log_every_secs=0.001, seed=0)
+        lines = [line for line in logs.output if 'env steps/s | ETA' in line]
+        self.assertTrue(lines, logs.output)  # A progress line at each call's end.
+        for line in lines:
+            self.assertRegex(line, r'\| train game score -?\d+\.\d \| train life return '
+                                   r'clipped ')
+        found = _summaries(logdir, steps=True)
+        self.assertEqual([step for step, _ in found['train/game_length']], [32, 64])
+        for _, length in found['train/game_length']:
+            self.assertBetween(length, 1, 12)
+        for _, score in found['train/game_score']:
+            self.assertGreaterEqual(score, 0.0)
+        self.assertIn('train/life_return_clipped', found)
+
+
 class StubAlgorithmTest(absltest.TestCase):
     """The loop with an algorithm it has never heard of: no PPO anywhere."""
 

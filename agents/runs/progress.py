@@ -26,12 +26,13 @@ def format_seconds(seconds):
 
 
 def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_members, status=None,
-                 train_return='episode_return'):
+                 train_return='episode_return', games=None):
     """Logs a progress line; `episodes`: (count, summed return) of the training episodes that
     ended since the last one; `latest`: the last evaluation record (of the first member);
     `status`: a phrase to add (e.g. that the bucket is out of reach), or None; `train_return`:
     the summaries' name of a training episode's return (an Atari game's life's, clipped, is
-    told as such)."""
+    told as such); `games`: (count, summed score) of the whole Atari games that ended since the
+    last line, where training episodes are not games (see envpool_env.GameLog), else None."""
     remaining = max(total_steps - steps, 0)
     eta = remaining / steps_per_sec if steps_per_sec > 0 else float('inf')
     count, return_sum = episodes
@@ -45,6 +46,10 @@ def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_member
                  f'{num_members * steps_per_sec:.0f} env steps/s')
     label = 'train return' if train_return == 'episode_return' else (
         'train ' + train_return.replace('_', ' '))
+    if games is not None:
+        count, score_sum = games
+        label = f'train game score {score_sum / count:.1f} | {label}' if count else (
+            f'train game score n/a | {label}')
     logging.info('step %d/%d | %s | ETA %s | %s %s | eval return %s%s',
                  steps, total_steps, speed, format_seconds(eta), label, train_value,
                  eval_return, f' | {status}' if status else '')
@@ -83,14 +88,22 @@ def heartbeat_line(step, total_steps, phase, seconds, vector_env, status=None):
     return line + (f' | {status}' if status else '')
 
 
+# The scalars of the whole Atari games that ended in a call, where episodes are not games.
+GAME_SCALARS = ('train/game_score', 'train/game_length')
+
+
 def iteration_scalars(iterations, num_members, steps_per_sec,
-                      episodes=('episode_return', 'episode_length')):
+                      episodes=('episode_return', 'episode_length'), games=None):
     """The names and values [iterations, members, names] of the TensorBoard scalars of the
     iterations of a call; NaN: not written (an undone update's metrics, the returns of an
     iteration where no episode ended). `episodes`: the names of a training episode's return and
-    length (environments.Environments.training_episodes)."""
+    length (environments.Environments.training_episodes). `games`: None, or (scores, lengths)
+    of the whole games that ended in the call (a lone run's: envpool_env.GameLog.take), whose
+    means GAME_SCALARS give at the call's last iteration."""
     names = [f'train/{name}' for name in iterations[0].metrics] + [
         f'train/{episodes[0]}', f'train/{episodes[1]}', 'train/env_steps_per_sec']
+    if games is not None:
+        names += GAME_SCALARS
     values = np.full([len(iterations), num_members, len(names)], np.nan, np.float32)
     for index, iteration in enumerate(iterations):
         kept = ~iteration.dropped
@@ -98,9 +111,13 @@ def iteration_scalars(iterations, num_members, steps_per_sec,
             values[index, kept, column] = value[kept]
         ended = iteration.episodes > 0
         count = np.maximum(iteration.episodes, 1)
-        values[index, ended, -3] = (iteration.return_sum / count)[ended]
-        values[index, ended, -2] = (iteration.length_sum / count)[ended]
-        values[index, :, -1] = steps_per_sec
+        returns = len(iteration.metrics)  # The column of the episodes' return, then length.
+        values[index, ended, returns] = (iteration.return_sum / count)[ended]
+        values[index, ended, returns + 1] = (iteration.length_sum / count)[ended]
+        values[index, :, returns + 2] = steps_per_sec
+    if games is not None and len(games[0]):
+        values[-1, :, -2] = np.mean(games[0])
+        values[-1, :, -1] = np.mean(games[1])
     return names, values
 
 

@@ -40,6 +40,15 @@ class ProgressTest(absltest.TestCase):
             progress.log_progress(500, 1000, 100.0, (2, -3.0), None, 1,
                                   train_return='life_return_clipped')
         self.assertIn('| train life return clipped -1.5 | eval return n/a', logs.output[0])
+        with self.assertLogs(level='INFO') as logs:
+            progress.log_progress(500, 1000, 100.0, (2, -3.0), None, 1,
+                                  train_return='life_return_clipped', games=(2, 25.0))
+            progress.log_progress(500, 1000, 100.0, (2, -3.0), None, 1,
+                                  train_return='life_return_clipped', games=(0, 0.0))
+        self.assertIn('| train game score 12.5 | train life return clipped -1.5 |',
+                      logs.output[0])
+        self.assertIn('| train game score n/a | train life return clipped -1.5 |',
+                      logs.output[1])
 
     def test_iteration_scalars_leave_out_dropped_metrics_and_returns_of_no_episode(self):
         names, values = progress.iteration_scalars(
@@ -52,6 +61,21 @@ class ProgressTest(absltest.TestCase):
             [_iteration([2, 0], [-10.0, 0.0], [1.0, 2.0], dropped=[False, False])], 2, 50.0,
             ('life_return_clipped', 'life_length'))
         self.assertEqual(names[1:3], ['train/life_return_clipped', 'train/life_length'])
+
+    def test_iteration_scalars_give_the_calls_games_at_its_last_iteration(self):
+        iterations = [_iteration([1], [-1.0], [1.0]), _iteration([0], [0.0], [2.0])]
+        episodes = ('life_return_clipped', 'life_length')
+        games = (np.array([30.0, 10.0]), np.array([600, 400]))
+        names, values = progress.iteration_scalars(iterations, 1, 50.0, episodes, games)
+        self.assertEqual(names, ['train/loss', 'train/life_return_clipped', 'train/life_length',
+                                 'train/env_steps_per_sec', *progress.GAME_SCALARS])
+        np.testing.assert_array_equal(values[:, 0], [[1.0, -1.0, 200.0, 50.0, np.nan, np.nan],
+                                                     [2.0, np.nan, np.nan, 50.0, 20.0, 500.0]])
+        # A call where no game ended writes none; the names stay (one program writes them).
+        names_without, values = progress.iteration_scalars(
+            iterations, 1, 50.0, episodes, (np.array([]), np.array([], np.int64)))
+        self.assertEqual(names_without, names)
+        self.assertTrue(np.isnan(values[:, 0, -2:]).all())
 
     def test_scalar_writer_writes_all_but_nans_in_one_call(self):
         logdir = self.create_tempdir().full_path

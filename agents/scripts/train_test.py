@@ -253,6 +253,9 @@ class TrainBinaryTest(absltest.TestCase):
                            '--gin_bindings=train.eval_episodes=2', *UNCOMPILED, cwd=cwd)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertIn('Done: 128 steps', result.stderr)
+        # Training's episodes are lives with clipped rewards, and say so; its whole games
+        # (none ends in 32 steps of Pong) are told apart.
+        self.assertIn('| train game score n/a | train life return clipped ', result.stderr)
         logdir = os.path.join(cwd, 'run')
         with open(os.path.join(logdir, 'metrics.jsonl')) as f:
             (record,) = [json.loads(line) for line in f if line.strip()]

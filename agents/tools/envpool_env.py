@@ -24,6 +24,7 @@ imported when an EnvPoolBatchEnv is made, so this module imports without it.
 """
 
 import numbers
+import threading
 import warnings
 
 import gymnasium as gym
@@ -63,6 +64,31 @@ def import_envpool():
     return envpool
 
 
+class GameLog:
+    """The whole Atari games that ended in training, for the trainer to report between its
+    compiled calls: their unclipped scores and lengths (steps), which the training episodes
+    (a life each, rewards clipped) are not. EnvPoolBatchEnv adds to it from TensorFlow's thread
+    while a call runs; `take` empties it (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._scores, self._lengths = [], []
+
+    def add(self, scores, lengths):
+        """Adds ended games: their scores and lengths, arrays of one value per game."""
+        with self._lock:
+            self._scores.extend(np.asarray(scores, np.float64).tolist())
+            self._lengths.extend(np.asarray(lengths, np.int64).tolist())
+
+    def take(self):
+        """(scores, lengths) of the games added since the last `take`, as float64 and int64
+        arrays, in the order they ended."""
+        with self._lock:
+            scores, lengths = self._scores, self._lengths
+            self._scores, self._lengths = [], []
+        return np.array(scores, np.float64), np.array(lengths, np.int64)
+
+
 class EnvPoolBatchEnv(gym.vector.VectorEnv):
     """EnvPool's environments with autoreset disabled, as BatchEnv(autoreset_mode=DISABLED).
 
@@ -92,7 +118,8 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
     that every env needs a full `reset()`.
     """
 
-    def __init__(self, env_id, num_envs, seed=None, env_kwargs=None, action_dtype=None):
+    def __init__(self, env_id, num_envs, seed=None, env_kwargs=None, action_dtype=None,
+                 game_log=None):
         """Makes the pool.
 
         Args:
@@ -107,6 +134,9 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
             e.g. float32, which Gymnasium's MuJoCo environments declare where EnvPool declares
             float64, for the same spaces as the Gymnasium backend. Actions are cast to
             EnvPool's dtype when sent.
+          game_log: a GameLog to add each whole game that ends to (its score from EnvPool's
+            unclipped `info['reward']`, its length in steps); Atari games only. A reset that
+            starts a new game drops the unfinished one.
 
         Raises:
           EnvPoolMissingError: EnvPool cannot be imported.
@@ -147,7 +177,14 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         self._needs_reset = True
         self._ended = np.zeros(self.num_envs, bool)
         # Atari with episodic life: a lost life ends an episode but not the game.
-        self._lives_are_episodes = is_atari(self._pool.spec) and self.config.episodic_life
+        atari = is_atari(self._pool.spec)
+        self._lives_are_episodes = atari and self.config.episodic_life
+        if game_log is not None and not atari:
+            self.close()
+            raise ValueError(f'game_log is for Atari games, and {env_id!r} is not one')
+        self._game_log = game_log
+        self._game_scores = np.zeros(self.num_envs, np.float64)  # Of the games in progress.
+        self._game_lengths = np.zeros(self.num_envs, np.int64)
         self._life_lost = np.zeros(self.num_envs, bool)  # Ended by a lost life; game goes on.
         self._observations = np.zeros(
             (self.num_envs, *self.single_observation_space.shape),
@@ -226,6 +263,9 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
             infos = _scatter_infos(parts, self.num_envs)
         if mask is None:
             self._needs_reset = False
+        new_games = ids[~continuing]
+        self._game_scores[new_games] = 0.0
+        self._game_lengths[new_games] = 0
         self._ended[ids] = False
         self._life_lost[ids] = False
         self._observations = np.asarray(observations, self.single_observation_space.dtype)
@@ -318,7 +358,19 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
         if self._lives_are_episodes:
             # Atari's info['terminated'] is the game's end; a time limit ends the game too.
             self._life_lost = terminations & ~truncations & (infos['terminated'] == 0)
+        if self._game_log is not None:
+            self._log_games(infos['reward'])
         return self._observations, rewards, terminations, truncations, infos
+
+    def _log_games(self, unclipped_rewards):
+        """Counts a step into the games in progress; adds those it ended to the game log."""
+        self._game_scores += unclipped_rewards
+        self._game_lengths += 1
+        over = self._ended & ~self._life_lost
+        if np.count_nonzero(over):
+            self._game_log.add(self._game_scores[over], self._game_lengths[over])
+            self._game_scores[over] = 0.0
+            self._game_lengths[over] = 0
 
     def render(self):
         """EnvPool's frames of every env, e.g. uint8 (num_envs, 210, 160, 3) for Atari; needs

@@ -163,7 +163,7 @@ class _ScriptedAtariPool:
 class ScriptedEpisodicLifeTest(absltest.TestCase):
     """The resets of an episodic-life pool against scripted games (no EnvPool)."""
 
-    def _make(self, num_envs=2, **kwargs):
+    def _make(self, num_envs=2, game_log=None, **kwargs):
         pools = []
 
         def make(task_id, env_type, num_envs, batch_size, seed, **kwargs):
@@ -177,9 +177,54 @@ class ScriptedEpisodicLifeTest(absltest.TestCase):
         patcher = mock.patch.object(envpool_env, 'import_envpool', return_value=envpool)
         patcher.start()
         self.addCleanup(patcher.stop)
-        env = envpool_env.EnvPoolBatchEnv('Scripted-v5', num_envs, seed=0, env_kwargs=kwargs)
+        env = envpool_env.EnvPoolBatchEnv('Scripted-v5', num_envs, seed=0, env_kwargs=kwargs,
+                                          game_log=game_log)
         self.addCleanup(env.close)
         return env, pools
+
+    def _play(self, env, *actions):
+        """Steps `env` with each row of `actions` in turn; resets the envs that ended."""
+        for row in actions:
+            _, _, terminations, truncations, _ = env.step(np.array(row))
+            done = terminations | truncations
+            if done.any():
+                env.reset(options={'reset_mask': done})
+
+    def test_the_game_log_gets_whole_games_and_their_unclipped_scores(self):
+        games = envpool_env.GameLog()
+        env, _ = self._make(episodic_life=True, reward_clip=True, game_log=games)
+        env.reset()
+        # Env 0 scores 10 twice, loses a life (its episode ends, its game goes on), scores
+        # again and loses its two other lives: one game of 6 steps, 30 points. Env 1 scores 20
+        # (clipped: 2) and plays on.
+        self._play(env, [2, 2], [2, 0], [1, 0], [2, 0], [1, 0])
+        np.testing.assert_array_equal(games.take()[0], [])  # Lives ended, not games.
+        self._play(env, [1, 2])
+        scores, lengths = games.take()
+        np.testing.assert_array_equal(scores, [30.0])
+        np.testing.assert_array_equal(lengths, [6])
+        self.assertEqual(scores.dtype, np.float64)
+        self.assertEqual(lengths.dtype, np.int64)
+        np.testing.assert_array_equal(games.take()[0], [])  # Taken.
+        # A reset that starts a new game drops the unfinished one (env 1's 20 points).
+        env.reset(options={'reset_mask': np.array([True, True])})
+        self._play(env, [0, 1], [0, 1], [0, 1])
+        scores, lengths = games.take()
+        np.testing.assert_array_equal(scores, [0.0])
+        np.testing.assert_array_equal(lengths, [3])
+
+    def test_the_game_log_counts_a_game_cut_by_its_time_limit(self):
+        games = envpool_env.GameLog()
+        env, _ = self._make(num_envs=2, episodic_life=True, max_steps=3, game_log=games)
+        env.reset()
+        self._play(env, [2, 0], [1, 2], [0, 2], [2, 0])
+        scores, lengths = games.take()
+        np.testing.assert_array_equal(scores, [10.0, 20.0])  # In the order the games ended.
+        np.testing.assert_array_equal(lengths, [3, 3])
+        # A full reset (InGraphBatchEnv's, when all ended) starts new games: one step of each.
+        env.reset()
+        self._play(env, [2, 2])
+        np.testing.assert_array_equal(games.take()[0], [])
 
     def test_a_lost_lifes_reset_goes_on_with_the_game(self):
         env, pools = self._make(episodic_life=True, reward_clip=True)
@@ -575,6 +620,9 @@ class EnvPoolBatchEnvTest(parameterized.TestCase):
                 'Pendulum-v1', 2, env_kwargs={'batch_size': 1, 'seed': 1})
         with self.assertRaises(TypeError):  # EnvPool's own check.
             envpool_env.EnvPoolBatchEnv('Pendulum-v1', 2, env_kwargs={'no_such_kwarg': 1})
+        with self.assertRaisesRegex(ValueError, "game_log is for Atari games, and "
+                                                "'Pendulum-v1' is not one"):
+            envpool_env.EnvPoolBatchEnv('Pendulum-v1', 2, game_log=envpool_env.GameLog())
 
 
     def test_atari_frames_render_and_config(self):
