@@ -280,12 +280,12 @@ class TrainingRun:
         """Summaries of a call's iterations; the operative configs after the first call.
         Adds the call's training episodes, and its whole games (`games`, if not None), to the
         counts and sums of the next progress line."""
-        ended_games = None if games is None else self._training_games.take()
+        ended_games = None if self._training_games is None else self._training_games.take()
         self._write_iteration_summaries(iterations, steps, clock.steps_per_sec, ended_games)
         for iteration in iterations:
             episodes[0] += int(iteration.episodes.sum())
             episodes[1] += float(iteration.return_sum.sum())
-        if games is not None:
+        if ended_games is not None:
             games[0] += len(ended_games[0])
             games[1] += float(ended_games[0].sum())
         if clock.calls == 1:

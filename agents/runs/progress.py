@@ -47,9 +47,9 @@ def log_progress(steps, total_steps, steps_per_sec, episodes, latest, num_member
     label = 'train return' if train_return == 'episode_return' else (
         'train ' + train_return.replace('_', ' '))
     if games is not None:
-        count, score_sum = games
-        label = f'train game score {score_sum / count:.1f} | {label}' if count else (
-            f'train game score n/a | {label}')
+        games_ended, score_sum = games
+        score = f'{score_sum / games_ended:.1f}' if games_ended else 'n/a'
+        label = f'train game score {score} | {label}'
     logging.info('step %d/%d | %s | ETA %s | %s %s | eval return %s%s',
                  steps, total_steps, speed, format_seconds(eta), label, train_value,
                  eval_return, f' | {status}' if status else '')
@@ -105,13 +105,13 @@ def iteration_scalars(iterations, num_members, steps_per_sec,
     if games is not None:
         names += GAME_SCALARS
     values = np.full([len(iterations), num_members, len(names)], np.nan, np.float32)
+    returns = len(iterations[0].metrics)  # The column of the episodes' return, then length.
     for index, iteration in enumerate(iterations):
         kept = ~iteration.dropped
         for column, value in enumerate(iteration.metrics.values()):
             values[index, kept, column] = value[kept]
         ended = iteration.episodes > 0
         count = np.maximum(iteration.episodes, 1)
-        returns = len(iteration.metrics)  # The column of the episodes' return, then length.
         values[index, ended, returns] = (iteration.return_sum / count)[ended]
         values[index, ended, returns + 1] = (iteration.length_sum / count)[ended]
         values[index, :, returns + 2] = steps_per_sec

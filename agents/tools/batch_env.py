@@ -141,7 +141,7 @@ def check_step_allowed(name, pending, needs_reset, ended):
     if needs_reset:
         raise RuntimeError(f'{name} needs a full reset() before stepping: at the start and '
                            'after an environment failed')
-    # count_nonzero, not ended.any(): a third of the time, on every step.
+    # count_nonzero: cheaper than ended.any() on a small array, on every step.
     if ended is not None and np.count_nonzero(ended):
         raise RuntimeError(
             f'envs {np.flatnonzero(ended).tolist()} finished their episodes and autoreset is '
@@ -170,7 +170,6 @@ class ActionChecker:
     def __init__(self, space, num_envs):
         self._space = space
         self._shape = (num_envs, *space.shape)
-        self._size = int(np.prod(self._shape))
         self._dtype = np.dtype(space.dtype)
         if isinstance(space, gym.spaces.Box):
             low, high = space.low, space.high
@@ -213,7 +212,7 @@ class ActionChecker:
         """Raises ValueError naming the first env whose action (of `checked_form`) is NaN or
         outside the space, and all bad envs; the message ends with `consequence`."""
         within = (actions >= self._low) & (actions <= self._high)  # False for NaN too.
-        if np.count_nonzero(within) == self._size:  # Faster than within.all() on every step.
+        if np.count_nonzero(within) == within.size:  # Cheaper than within.all(), every step.
             return
         bad_envs = np.flatnonzero(~within.reshape(len(actions), -1).all(axis=1))
         first = bad_envs[0]

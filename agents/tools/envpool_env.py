@@ -39,9 +39,9 @@ INSTALL_COMMAND = "pip install 'batchppo[envpool]'"
 # EnvPool takes int32 seeds; larger ones (evaluation seeds are 62-bit hashes) are taken modulo.
 SEED_MODULUS = 2**31
 # How the refusal of a Box action found while EnvPool stepped with it ends.
-STEP_DISCARDED = ('EnvPool had stepped with it (Box actions are checked while EnvPool steps, '
-                  'which costs the step nothing), so that step was discarded and every env '
-                  'needs a full reset() before the next step')
+STEP_DISCARDED = ('EnvPool had stepped with it (Box actions are checked while EnvPool steps), '
+                  'so that step was discarded and every env needs a full reset() before the '
+                  'next step')
 # Arguments of envpool.make that the adapter sets itself.
 _OWN_ARGUMENTS = ('task_id', 'env_type', 'num_envs', 'batch_size', 'seed')
 
@@ -113,9 +113,9 @@ class EnvPoolBatchEnv(gym.vector.VectorEnv):
     shape (which EnvPool would read out of bounds, or abort the process on), dtypes of another
     kind, NaN and values outside the action space. Other spaces' are refused before EnvPool
     sees them, with nothing stepped. A Box action's NaN (which EnvPool passes on) or value out
-    of bounds (which it clips) is found while EnvPool steps, as that check before the step cost
-    a tenth of a cheap task's step (Pendulum's): the step is discarded and the refusal says
-    that every env needs a full `reset()`.
+    of bounds (which it clips) is found while EnvPool steps, as checking first slows a cheap
+    task's step (benchmarks/README.md, "EnvPool stepping"): the step is discarded and the
+    refusal says that every env needs a full `reset()`.
     """
 
     def __init__(self, env_id, num_envs, seed=None, env_kwargs=None, action_dtype=None,
